@@ -1,0 +1,1 @@
+//! Sending queue and retry with back-off shared by every exporter (otelcol's exporterhelper).

@@ -1,0 +1,16 @@
+//! inferwatch core: telemetry data, component traits, configuration, the pipeline graph and self-telemetry.
+
+pub mod component;
+pub mod config;
+pub mod consumer;
+pub mod exporterhelper;
+pub mod extension;
+pub mod graph;
+pub mod pdata;
+pub mod registry;
+pub mod settings;
+pub mod telemetry;
+
+pub use component::{ComponentId, ComponentKind};
+pub use consumer::{ConsumeError, Consumer, RefuseReason};
+pub use pdata::{Payload, Signal};

@@ -1,0 +1,311 @@
+//! Setting types shared by components: Go-style durations, endpoints, exporter queue / retry / TLS.
+
+use serde::{Deserialize, Deserializer};
+use std::fmt;
+use std::time::Duration;
+
+/// A duration written as otelcol writes it: `200ms`, `5s`, `1m30s`, `1.5h` (Go's syntax).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct GoDuration(pub Duration);
+
+/// Why a duration string is malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid duration {0:?}: expected a number with a unit (ns, us, ms, s, m, h), e.g. 200ms, 5s, 1m30s")]
+pub struct DurationError(pub String);
+
+/// Parses a Go duration string (`0` alone is allowed).
+pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
+    let err = || DurationError(s.to_string());
+    let t = s.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if t.is_empty() || t.starts_with('-') {
+        return Err(err());
+    }
+    let t = t.strip_prefix('+').unwrap_or(t);
+    let bytes = t.as_bytes();
+    let mut i = 0;
+    let mut total = 0f64;
+    while i < bytes.len() {
+        let start = i;
+        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
+            i += 1;
+        }
+        let num: f64 = t[start..i].parse().map_err(|_| err())?;
+        let ustart = i;
+        while i < bytes.len() && !(bytes[i].is_ascii_digit() || bytes[i] == b'.') {
+            i += 1;
+        }
+        let unit = match &t[ustart..i] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(err()),
+        };
+        total += num * unit;
+    }
+    if !total.is_finite() || total > 1e12 {
+        return Err(err());
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+impl<'de> Deserialize<'de> for GoDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            S(String),
+            N(u64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::S(s) => parse_go_duration(&s).map(GoDuration).map_err(serde::de::Error::custom),
+            // A bare integer is nanoseconds, as in Go's time.Duration; 0 is common.
+            Raw::N(n) => Ok(GoDuration(Duration::from_nanos(n))),
+        }
+    }
+}
+
+impl fmt::Display for GoDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+/// A `host:port` listen address (`0.0.0.0:4317`, `localhost:4318`, `[::1]:4317`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    /// Host name or IP literal (without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+/// Why an endpoint is malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid endpoint {0:?}: {1}")]
+pub struct EndpointError(pub String, pub &'static str);
+
+impl HostPort {
+    /// Parses `host:port`.
+    pub fn parse(s: &str) -> Result<Self, EndpointError> {
+        let e = |why| EndpointError(s.to_string(), why);
+        if s.contains("://") {
+            return Err(e("a listen endpoint is host:port, without a scheme"));
+        }
+        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+            let (h, p) = rest.split_once("]:").ok_or_else(|| e("expected [ipv6]:port"))?;
+            (h, p)
+        } else {
+            s.rsplit_once(':').ok_or_else(|| e("expected host:port"))?
+        };
+        if host.contains(':') && !s.starts_with('[') {
+            return Err(e("IPv6 hosts need brackets: [::1]:4317"));
+        }
+        if host.chars().any(|c| c.is_whitespace() || c == '/') {
+            return Err(e("the host has invalid characters"));
+        }
+        let port: u16 = port.parse().map_err(|_| e("the port must be a number from 0 to 65535"))?;
+        Ok(HostPort { host: host.to_string(), port })
+    }
+
+    /// `host:port` with brackets for IPv6, suitable for binding.
+    pub fn to_bind_string(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            let h = if self.host.is_empty() { "0.0.0.0" } else { &self.host };
+            format!("{}:{}", h, self.port)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for HostPort {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        HostPort::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_bind_string())
+    }
+}
+
+/// An exporter's destination: `http(s)://host:port[/path]` or, for gRPC, bare `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `http` or `https`, when given.
+    pub scheme: Option<String>,
+    /// Host and port (port defaulted from the scheme when absent).
+    pub authority: String,
+    /// Path, possibly empty.
+    pub path: String,
+}
+
+impl Endpoint {
+    /// Parses an exporter endpoint.
+    pub fn parse(s: &str) -> Result<Self, EndpointError> {
+        let e = |why| EndpointError(s.to_string(), why);
+        let (scheme, rest) = match s.split_once("://") {
+            Some((sc, rest)) => {
+                if sc != "http" && sc != "https" {
+                    return Err(e("the scheme must be http or https"));
+                }
+                (Some(sc.to_string()), rest)
+            }
+            None => (None, s),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        if authority.is_empty() || authority.chars().any(char::is_whitespace) {
+            return Err(e("missing or invalid host"));
+        }
+        let authority = if authority.contains(':') && !authority.ends_with(']') {
+            let hp = HostPort::parse(authority).map_err(|_| e("invalid host:port"))?;
+            hp.to_bind_string()
+        } else if scheme.is_none() {
+            return Err(e("expected host:port or a URL with http:// or https://"));
+        } else {
+            let port = if scheme.as_deref() == Some("https") { 443 } else { 80 };
+            format!("{authority}:{port}")
+        };
+        Ok(Endpoint { scheme, authority, path: path.trim_end_matches('/').to_string() })
+    }
+
+    /// `scheme://authority` with `https` when `tls_enabled` and no scheme was given.
+    pub fn base_url(&self, tls_enabled: bool) -> String {
+        let scheme = self.scheme.clone().unwrap_or_else(|| if tls_enabled { "https".into() } else { "http".into() });
+        format!("{scheme}://{}", self.authority)
+    }
+}
+
+impl<'de> Deserialize<'de> for Endpoint {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Endpoint::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `sending_queue` settings (otelcol exporterhelper).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueSettings {
+    /// Whether requests are queued (true) or sent in the caller's task (false).
+    pub enabled: bool,
+    /// Number of workers sending from the queue concurrently.
+    pub num_consumers: usize,
+    /// Queue capacity in requests (batches).
+    pub queue_size: usize,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        QueueSettings { enabled: true, num_consumers: 10, queue_size: 1000 }
+    }
+}
+
+/// `retry_on_failure` settings (otelcol exporterhelper).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrySettings {
+    /// Whether failed sends are retried.
+    pub enabled: bool,
+    /// First back-off interval.
+    pub initial_interval: GoDuration,
+    /// Upper bound of one back-off interval.
+    pub max_interval: GoDuration,
+    /// Give up after this long (0 = never).
+    pub max_elapsed_time: GoDuration,
+    /// Back-off growth factor.
+    pub multiplier: f64,
+    /// Jitter factor in [0, 1].
+    pub randomization_factor: f64,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        RetrySettings {
+            enabled: true,
+            initial_interval: GoDuration(Duration::from_secs(5)),
+            max_interval: GoDuration(Duration::from_secs(30)),
+            max_elapsed_time: GoDuration(Duration::from_secs(300)),
+            multiplier: 1.5,
+            randomization_factor: 0.5,
+        }
+    }
+}
+
+/// Client TLS settings (otelcol configtls).
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsClientSettings {
+    /// Plain-text connection (no TLS).
+    pub insecure: bool,
+    /// CA bundle to verify the server with (PEM).
+    pub ca_file: Option<String>,
+    /// Client certificate for mTLS (PEM).
+    pub cert_file: Option<String>,
+    /// Client key for mTLS (PEM).
+    pub key_file: Option<String>,
+    /// Skip server certificate verification.
+    pub insecure_skip_verify: bool,
+    /// Override the server name used for verification.
+    pub server_name_override: Option<String>,
+}
+
+/// Payload compression for exporters.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// gzip (otelcol's default).
+    #[default]
+    Gzip,
+    /// No compression.
+    None,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("200ms").unwrap(), Duration::from_millis(200));
+        assert_eq!(parse_go_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_go_duration("1.5h").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
+        for bad in ["", "5", "5x", "-1s", "s", "1..2s"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn host_ports() {
+        assert_eq!(HostPort::parse("0.0.0.0:4317").unwrap().port, 4317);
+        assert_eq!(HostPort::parse("[::1]:4317").unwrap().host, "::1");
+        assert_eq!(HostPort::parse(":4317").unwrap().to_bind_string(), "0.0.0.0:4317");
+        for bad in ["4317", "localhost:99999", "http://x:1", "::1:4317", "a b:1"] {
+            assert!(HostPort::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn endpoints() {
+        let e = Endpoint::parse("tempo:4317").unwrap();
+        assert_eq!(e.base_url(false), "http://tempo:4317");
+        let e = Endpoint::parse("https://collector.example/otlp/").unwrap();
+        assert_eq!(e.authority, "collector.example:443");
+        assert_eq!(e.path, "/otlp");
+        for bad in ["tempo", "ftp://x:1", "http://", "host:notaport"] {
+            assert!(Endpoint::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

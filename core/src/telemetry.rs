@@ -1,0 +1,311 @@
+//! The agent's own metrics in otelcol's names, and the Prometheus endpoint that serves them.
+
+use crate::component::ComponentId;
+use crate::pdata::Signal;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+type Labels = Vec<(String, String)>;
+type CounterFamily = Family<Labels, Counter>;
+type GaugeFamily = Family<Labels, Gauge>;
+
+/// Counters per signal, indexed by [`Signal`] order.
+#[derive(Clone, Default)]
+struct PerSignal {
+    traces: CounterFamily,
+    metrics: CounterFamily,
+    logs: CounterFamily,
+}
+
+impl PerSignal {
+    fn register(reg: &mut Registry, prefix: &str, help: &str) -> Self {
+        let p = PerSignal::default();
+        for (s, fam) in [(Signal::Traces, &p.traces), (Signal::Metrics, &p.metrics), (Signal::Logs, &p.logs)] {
+            reg.register(format!("{prefix}_{}", s.item_noun()), format!("{help} ({})", s.item_noun()), fam.clone());
+        }
+        p
+    }
+
+    fn get(&self, s: Signal, labels: &Labels) -> Counter {
+        let fam = match s {
+            Signal::Traces => &self.traces,
+            Signal::Metrics => &self.metrics,
+            Signal::Logs => &self.logs,
+        };
+        fam.get_or_create(labels).clone()
+    }
+}
+
+/// The agent's self-telemetry registry.
+pub struct Telemetry {
+    registry: Registry,
+    receiver_accepted: PerSignal,
+    receiver_refused: PerSignal,
+    exporter_sent: PerSignal,
+    exporter_send_failed: PerSignal,
+    exporter_enqueue_failed: PerSignal,
+    exporter_shutdown_dropped: PerSignal,
+    processor_refused: PerSignal,
+    processor_dropped: PerSignal,
+    queue_size: GaugeFamily,
+    queue_capacity: GaugeFamily,
+    process_rss: Gauge,
+    process_cpu: Counter<f64, AtomicU64>,
+    process_uptime: Counter<f64, AtomicU64>,
+    started: std::time::Instant,
+    extra: parking_lot::Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
+}
+
+/// Counters of one receiver on one transport.
+#[derive(Clone)]
+pub struct ReceiverMetrics {
+    accepted: [Counter; 3],
+    refused: [Counter; 3],
+}
+
+impl ReceiverMetrics {
+    /// Counts items accepted into the pipeline.
+    pub fn accepted(&self, s: Signal, n: usize) {
+        self.accepted[s as usize].inc_by(n as u64);
+    }
+    /// Counts items refused (backpressure or bad data).
+    pub fn refused(&self, s: Signal, n: usize) {
+        self.refused[s as usize].inc_by(n as u64);
+    }
+    /// Total accepted so far for a signal (for tests and reports).
+    pub fn accepted_total(&self, s: Signal) -> u64 {
+        self.accepted[s as usize].get()
+    }
+}
+
+/// Counters and gauges of one exporter for one signal.
+#[derive(Clone)]
+pub struct ExporterMetrics {
+    /// Items delivered.
+    pub sent: Counter,
+    /// Items dropped after a permanent error or exhausted retries.
+    pub send_failed: Counter,
+    /// Items refused because the queue was full.
+    pub enqueue_failed: Counter,
+    /// Items still queued when shutdown ended.
+    pub shutdown_dropped: Counter,
+    /// Requests now in the queue.
+    pub queue_size: Gauge,
+    /// Queue capacity in requests.
+    pub queue_capacity: Gauge,
+}
+
+/// Counters of one processor for one signal.
+#[derive(Clone)]
+pub struct ProcessorMetrics {
+    /// Items refused to the caller (memory limit, full buffer).
+    pub refused: Counter,
+    /// Items dropped after being accepted (counted, never silent).
+    pub dropped: Counter,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Telemetry {
+    /// Creates the registry with every otelcol-named family.
+    pub fn new() -> Self {
+        let mut r = Registry::default();
+        let receiver_accepted =
+            PerSignal::register(&mut r, "otelcol_receiver_accepted", "Items successfully pushed into the pipeline");
+        let receiver_refused =
+            PerSignal::register(&mut r, "otelcol_receiver_refused", "Items that could not be pushed into the pipeline");
+        let exporter_sent = PerSignal::register(&mut r, "otelcol_exporter_sent", "Items successfully sent to destination");
+        let exporter_send_failed =
+            PerSignal::register(&mut r, "otelcol_exporter_send_failed", "Items the exporter failed to send");
+        let exporter_enqueue_failed =
+            PerSignal::register(&mut r, "otelcol_exporter_enqueue_failed", "Items that failed to be added to the sending queue");
+        let exporter_shutdown_dropped = PerSignal::register(
+            &mut r,
+            "inferwatch_exporter_shutdown_dropped",
+            "Items still queued when the shutdown timeout ran out",
+        );
+        let processor_refused =
+            PerSignal::register(&mut r, "otelcol_processor_refused", "Items refused by a processor");
+        let processor_dropped =
+            PerSignal::register(&mut r, "otelcol_processor_dropped", "Items dropped by a processor after acceptance");
+        let queue_size = GaugeFamily::default();
+        r.register("otelcol_exporter_queue_size", "Current size of the retry queue (in batches)", queue_size.clone());
+        let queue_capacity = GaugeFamily::default();
+        r.register("otelcol_exporter_queue_capacity", "Fixed capacity of the retry queue (in batches)", queue_capacity.clone());
+        let process_rss = Gauge::default();
+        r.register("otelcol_process_memory_rss", "Total physical memory (resident set size) in bytes", process_rss.clone());
+        let process_cpu = Counter::<f64, AtomicU64>::default();
+        r.register("otelcol_process_cpu_seconds", "Total CPU user and system time in seconds", process_cpu.clone());
+        let process_uptime = Counter::<f64, AtomicU64>::default();
+        r.register("otelcol_process_uptime", "Uptime of the process in seconds", process_uptime.clone());
+        Telemetry {
+            registry: r,
+            receiver_accepted,
+            receiver_refused,
+            exporter_sent,
+            exporter_send_failed,
+            exporter_enqueue_failed,
+            exporter_shutdown_dropped,
+            processor_refused,
+            processor_dropped,
+            queue_size,
+            queue_capacity,
+            process_rss,
+            process_cpu,
+            process_uptime,
+            started: std::time::Instant::now(),
+            extra: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Mutable access to the registry for components that register their own metrics
+    /// (only before the telemetry is shared).
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// Runs `f` before each scrape (to refresh gauges computed on demand).
+    pub fn on_collect(&self, f: Box<dyn Fn() + Send + Sync>) {
+        self.extra.lock().push(f);
+    }
+
+    /// Handles for one receiver on one transport (`grpc`, `http`).
+    pub fn receiver(&self, id: &ComponentId, transport: &str) -> ReceiverMetrics {
+        let l: Labels = vec![("receiver".into(), id.to_string()), ("transport".into(), transport.into())];
+        ReceiverMetrics {
+            accepted: Signal::ALL.map(|s| self.receiver_accepted.get(s, &l)),
+            refused: Signal::ALL.map(|s| self.receiver_refused.get(s, &l)),
+        }
+    }
+
+    /// Handles for one exporter and signal.
+    pub fn exporter(&self, id: &ComponentId, signal: Signal) -> ExporterMetrics {
+        let l: Labels = vec![("exporter".into(), id.to_string())];
+        let lq: Labels = vec![("exporter".into(), id.to_string()), ("data_type".into(), signal.as_str().into())];
+        ExporterMetrics {
+            sent: self.exporter_sent.get(signal, &l),
+            send_failed: self.exporter_send_failed.get(signal, &l),
+            enqueue_failed: self.exporter_enqueue_failed.get(signal, &l),
+            shutdown_dropped: self.exporter_shutdown_dropped.get(signal, &l),
+            queue_size: self.queue_size.get_or_create(&lq).clone(),
+            queue_capacity: self.queue_capacity.get_or_create(&lq).clone(),
+        }
+    }
+
+    /// Handles for one processor and signal.
+    pub fn processor(&self, id: &ComponentId, signal: Signal) -> ProcessorMetrics {
+        let l: Labels = vec![("processor".into(), id.to_string())];
+        ProcessorMetrics { refused: self.processor_refused.get(signal, &l), dropped: self.processor_dropped.get(signal, &l) }
+    }
+
+    /// Renders every metric in the OpenMetrics text format.
+    pub fn render(&self) -> String {
+        if let Some(p) = crate::telemetry::process::sample() {
+            self.process_rss.set(p.rss_bytes as i64);
+            let cpu = self.process_cpu.get();
+            if p.cpu_seconds > cpu {
+                self.process_cpu.inc_by(p.cpu_seconds - cpu);
+            }
+        }
+        let up = self.started.elapsed().as_secs_f64();
+        let prev = self.process_uptime.get();
+        if up > prev {
+            self.process_uptime.inc_by(up - prev);
+        }
+        for f in self.extra.lock().iter() {
+            f();
+        }
+        let mut out = String::new();
+        // Encoding into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Serves `/metrics` on `addr` until `shutdown` resolves.
+    pub async fn serve(
+        self: Arc<Self>,
+        addr: &str,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> std::io::Result<std::net::SocketAddr> {
+        use axum::http::header::CONTENT_TYPE;
+        use axum::routing::get;
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let t = self.clone();
+        let app = axum::Router::new().route(
+            "/metrics",
+            get(move || {
+                let t = t.clone();
+                async move {
+                    ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], t.render())
+                }
+            }),
+        );
+        tokio::spawn(async move {
+            let r = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "self-telemetry server stopped");
+            }
+        });
+        Ok(local)
+    }
+}
+
+pub mod process {
+    //! Reads this process's RSS and CPU time from /proc.
+
+    /// One reading of the process's resource use.
+    #[derive(Debug, Clone, Copy)]
+    pub struct ProcessSample {
+        /// Resident set size in bytes.
+        pub rss_bytes: u64,
+        /// User plus system CPU seconds.
+        pub cpu_seconds: f64,
+    }
+
+    /// Resident set size in bytes from /proc/self/statm, if readable.
+    pub fn rss_bytes() -> Option<u64> {
+        let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        Some(pages * 4096)
+    }
+
+    /// Samples RSS and CPU time; `None` where /proc is unavailable.
+    pub fn sample() -> Option<ProcessSample> {
+        let rss = rss_bytes()?;
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // Fields after the command name (which is in parentheses and may contain spaces).
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let utime: f64 = f.get(11)?.parse().ok()?;
+        let stime: f64 = f.get(12)?.parse().ok()?;
+        Some(ProcessSample { rss_bytes: rss, cpu_seconds: (utime + stime) / 100.0 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_otelcol_names() {
+        let t = Telemetry::new();
+        let id = ComponentId::parse("otlp").unwrap();
+        t.receiver(&id, "grpc").accepted(Signal::Traces, 7);
+        let e = t.exporter(&ComponentId::parse("otlp/b").unwrap(), Signal::Logs);
+        e.queue_capacity.set(1000);
+        let text = t.render();
+        assert!(text.contains("otelcol_receiver_accepted_spans_total{receiver=\"otlp\",transport=\"grpc\"} 7"), "{text}");
+        assert!(text.contains("otelcol_exporter_queue_capacity{exporter=\"otlp/b\",data_type=\"logs\"} 1000"), "{text}");
+        assert!(text.contains("otelcol_process_memory_rss "), "{text}");
+    }
+}
