@@ -1,1 +1,15 @@
-//! stub
+//! inferwatch processors and connectors: `batch`, `memory_limiter`, the `forward` connector.
+
+pub mod batch;
+pub mod forward;
+pub mod memory_limiter;
+
+use inferwatch_core::registry::Registry;
+use std::sync::Arc;
+
+/// Registers every processor and connector of this crate.
+pub fn register(reg: &mut Registry) {
+    reg.add_processor(Arc::new(batch::BatchFactory));
+    reg.add_processor(Arc::new(memory_limiter::MemoryLimiterFactory));
+    reg.add_connector(Arc::new(forward::ForwardFactory));
+}

@@ -1,9 +1,579 @@
-//! Loading.
-use super::{Config, ConfigError};
+//! Loading: read each file, substitute `${env:...}`, merge the files in order, then read the
+//! merged tree into a [`Config`], collecting every structural error.
+
+use super::envsubst::{Env, substitute};
+use super::yaml::{self, Key, Node, NodeKind};
+use super::{
+    ComponentConfig, Config, ConfigError, Location, PipelineConfig, PipelineId, ServiceConfig, TelemetryConfig,
+};
+use crate::component::{ComponentId, PathSeg};
+use crate::pdata::Signal;
+use crate::settings::parse_go_duration;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-/// Loads files.
-pub fn load(_paths: &[PathBuf]) -> Result<Config, Vec<ConfigError>> { Err(vec![]) }
-/// Loads with an env lookup.
-pub fn load_with_env(_paths: &[PathBuf], _env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> { Err(vec![]) }
-/// Loads a string.
-pub fn load_str(_name: &str, _text: &str, _env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> { Err(vec![]) }
+use std::time::Duration;
+
+/// Loads and merges `paths` in order, substituting from the process environment.
+pub fn load(paths: &[PathBuf]) -> Result<Config, Vec<ConfigError>> {
+    load_with_env(paths, &|k| std::env::var(k).ok())
+}
+
+/// Loads and merges `paths` in order (later files win), looking variables up with `env`.
+pub fn load_with_env(paths: &[PathBuf], env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
+    if paths.is_empty() {
+        return Err(vec![ConfigError {
+            location: None,
+            key: String::new(),
+            message: "no configuration file given".into(),
+        }]);
+    }
+    let mut errors = Vec::new();
+    let mut root: Option<Node> = None;
+    for path in paths {
+        let name = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                if let Some(node) = read(&name, &text, env, &mut errors) {
+                    match &mut root {
+                        Some(base) => merge(base, node),
+                        None => root = Some(node),
+                    }
+                }
+            }
+            Err(e) => errors.push(ConfigError {
+                location: None,
+                key: String::new(),
+                message: format!("cannot read {name}: {e}"),
+            }),
+        }
+    }
+    match root {
+        Some(root) if errors.is_empty() => build(&root),
+        _ => Err(errors),
+    }
+}
+
+/// Loads one configuration given as text; `name` stands for the file in locations.
+pub fn load_str(name: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    match read(name, text, env, &mut errors) {
+        Some(root) if errors.is_empty() => build(&root),
+        _ => Err(errors),
+    }
+}
+
+/// Parses and substitutes one file; `None` if it does not parse.
+fn read(name: &str, text: &str, env: Env<'_>, errors: &mut Vec<ConfigError>) -> Option<Node> {
+    match yaml::parse(name, text) {
+        Ok(mut node) => {
+            substitute(&mut node, "", env, errors);
+            Some(node)
+        }
+        Err(e) => {
+            errors.extend(e);
+            None
+        }
+    }
+}
+
+/// Merges `over` into `base` as otelcol does: maps recursively, anything else replaced.
+fn merge(base: &mut Node, over: Node) {
+    match (&mut base.kind, over.kind) {
+        (NodeKind::Map(entries), NodeKind::Map(over_entries)) => {
+            for (k, v) in over_entries {
+                match entries.iter_mut().find(|(bk, _)| bk.text == k.text) {
+                    Some((_, bv)) if matches!((&bv.kind, &v.kind), (NodeKind::Map(_), NodeKind::Map(_))) => {
+                        merge(bv, v)
+                    }
+                    Some(entry) => *entry = (k, v),
+                    None => entries.push((k, v)),
+                }
+            }
+        }
+        (_, kind) => *base = Node { kind, location: over.location },
+    }
+}
+
+/// Reads a merged tree into a [`Config`].
+fn build(root: &Node) -> Result<Config, Vec<ConfigError>> {
+    let mut b = Build { errors: Vec::new() };
+    let mut cfg = Config {
+        receivers: BTreeMap::new(),
+        processors: BTreeMap::new(),
+        exporters: BTreeMap::new(),
+        connectors: BTreeMap::new(),
+        extensions: BTreeMap::new(),
+        service: ServiceConfig {
+            extensions: Vec::new(),
+            pipelines: Vec::new(),
+            telemetry: TelemetryConfig::default(),
+            shutdown_timeout: Duration::from_secs(10),
+        },
+    };
+    let mut service_at = &root.location;
+    for (k, v) in b.entries(root, "") {
+        match k.text.as_str() {
+            "receivers" => cfg.receivers = b.components(v, "receivers"),
+            "processors" => cfg.processors = b.components(v, "processors"),
+            "exporters" => cfg.exporters = b.components(v, "exporters"),
+            "connectors" => cfg.connectors = b.components(v, "connectors"),
+            "extensions" => cfg.extensions = b.components(v, "extensions"),
+            "service" => {
+                service_at = &k.location;
+                b.service(v, &mut cfg.service);
+            }
+            other => b.unknown(k, other, "receivers, processors, exporters, connectors, extensions or service"),
+        }
+    }
+    if cfg.service.pipelines.is_empty() {
+        let at =
+            root.get(&[PathSeg::Key("service".into())]).and_then(|s| s.entry("pipelines")).map(|(k, _)| &k.location);
+        b.err(at.unwrap_or(service_at), "service.pipelines", "at least one pipeline is required");
+    }
+    if b.errors.is_empty() { Ok(cfg) } else { Err(b.errors) }
+}
+
+/// Error collection while reading the tree.
+struct Build {
+    errors: Vec<ConfigError>,
+}
+
+impl Build {
+    fn err(&mut self, at: &Location, key: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ConfigError { location: Some(at.clone()), key: key.into(), message: message.into() });
+    }
+
+    fn unknown(&mut self, k: &Key, key: &str, expected: &str) {
+        self.err(&k.location, key, format!("unknown key {:?} (expected {expected})", k.text));
+    }
+
+    /// The entries of a map (`Null` is an empty map).
+    fn entries<'n>(&mut self, node: &'n Node, key: &str) -> &'n [(Key, Node)] {
+        match &node.kind {
+            NodeKind::Map(entries) => entries,
+            NodeKind::Null => &[],
+            _ => {
+                self.err(&node.location, key, "expected a map");
+                &[]
+            }
+        }
+    }
+
+    /// A scalar's text.
+    fn scalar<'n>(&mut self, node: &'n Node, key: &str) -> Option<&'n str> {
+        let text = node.as_str();
+        if text.is_none() {
+            self.err(&node.location, key, "expected a single value");
+        }
+        text
+    }
+
+    /// One component section.
+    fn components(&mut self, node: &Node, section: &str) -> BTreeMap<ComponentId, ComponentConfig> {
+        let mut out = BTreeMap::new();
+        for (k, v) in self.entries(node, section) {
+            match ComponentId::parse(&k.text) {
+                Ok(id) => {
+                    let c = ComponentConfig {
+                        id: id.clone(),
+                        settings: v.to_json(),
+                        location: k.location.clone(),
+                        node: v.clone(),
+                    };
+                    out.insert(id, c);
+                }
+                Err(e) => self.err(&k.location, format!("{section}.{}", k.text), e.to_string()),
+            }
+        }
+        out
+    }
+
+    /// A list of component ids.
+    fn ids(&mut self, node: &Node, key: &str) -> Vec<(ComponentId, Location)> {
+        let items = match &node.kind {
+            NodeKind::Seq(items) => items.as_slice(),
+            NodeKind::Null => &[],
+            _ => {
+                self.err(&node.location, key, "expected a list of component ids");
+                &[]
+            }
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let key = format!("{key}[{i}]");
+            match item.as_str().map(ComponentId::parse) {
+                Some(Ok(id)) => out.push((id, item.location.clone())),
+                Some(Err(e)) => self.err(&item.location, key, e.to_string()),
+                None => self.err(&item.location, key, "expected a component id"),
+            }
+        }
+        out
+    }
+
+    fn service(&mut self, node: &Node, svc: &mut ServiceConfig) {
+        for (k, v) in self.entries(node, "service") {
+            let key = format!("service.{}", k.text);
+            match k.text.as_str() {
+                "extensions" => svc.extensions = self.ids(v, &key),
+                "pipelines" => svc.pipelines = self.pipelines(v),
+                "telemetry" => svc.telemetry = self.telemetry(v),
+                "shutdown_timeout" => {
+                    if let Some(s) = self.scalar(v, &key) {
+                        match parse_go_duration(s) {
+                            Ok(d) => svc.shutdown_timeout = d,
+                            Err(e) => self.err(&v.location, key, e.to_string()),
+                        }
+                    }
+                }
+                _ => self.unknown(k, &key, "extensions, pipelines, telemetry or shutdown_timeout"),
+            }
+        }
+    }
+
+    fn pipelines(&mut self, node: &Node) -> Vec<PipelineConfig> {
+        let mut out = Vec::new();
+        for (k, v) in self.entries(node, "service.pipelines") {
+            let key = format!("service.pipelines.{}", k.text);
+            let (sig, name) = match k.text.split_once('/') {
+                Some((s, n)) => (s, Some(n)),
+                None => (k.text.as_str(), None),
+            };
+            let Some(signal) = Signal::parse(sig) else {
+                self.err(&k.location, key, format!("unknown pipeline type {sig:?} (expected traces, metrics or logs)"));
+                continue;
+            };
+            if name.is_some_and(|n| n.is_empty() || n.contains(char::is_whitespace)) {
+                self.err(&k.location, key, format!("invalid pipeline id {:?}: expected type[/name]", k.text));
+                continue;
+            }
+            let id = PipelineId { signal, name: name.map(str::to_string) };
+            let mut p = PipelineConfig {
+                id,
+                receivers: Vec::new(),
+                processors: Vec::new(),
+                exporters: Vec::new(),
+                location: k.location.clone(),
+            };
+            for (pk, pv) in self.entries(v, &key) {
+                let list_key = format!("{key}.{}", pk.text);
+                match pk.text.as_str() {
+                    "receivers" => p.receivers = self.ids(pv, &list_key),
+                    "processors" => p.processors = self.ids(pv, &list_key),
+                    "exporters" => p.exporters = self.ids(pv, &list_key),
+                    _ => self.unknown(pk, &list_key, "receivers, processors or exporters"),
+                }
+            }
+            out.push(p);
+        }
+        out
+    }
+
+    fn telemetry(&mut self, node: &Node) -> TelemetryConfig {
+        let mut t = TelemetryConfig::default();
+        let (mut disabled, mut address, mut from_readers) = (false, None, None);
+        for (k, v) in self.entries(node, "service.telemetry") {
+            let key = format!("service.telemetry.{}", k.text);
+            match k.text.as_str() {
+                "metrics" => {
+                    for (mk, mv) in self.entries(v, &key) {
+                        let mkey = format!("{key}.{}", mk.text);
+                        match mk.text.as_str() {
+                            "level" => match self.scalar(mv, &mkey).map(str::to_ascii_lowercase).as_deref() {
+                                Some("none") => disabled = true,
+                                Some("basic" | "normal" | "detailed") | None => {}
+                                Some(other) => self.err(
+                                    &mv.location,
+                                    mkey,
+                                    format!("invalid level {other:?} (expected none, basic, normal or detailed)"),
+                                ),
+                            },
+                            "address" => address = self.scalar(mv, &mkey).map(str::to_string),
+                            "readers" => from_readers = self.readers(mv, &mkey),
+                            "views" => {}
+                            _ => self.unknown(mk, &mkey, "level, address or readers"),
+                        }
+                    }
+                    if let (Some(_), Some((_, mk))) = (&from_readers, v.entry("address")) {
+                        self.err(&mk.location, format!("{key}.address"), "give either address or readers, not both");
+                    }
+                }
+                "logs" => {
+                    const IGNORED: [&str; 8] = [
+                        "development",
+                        "disable_caller",
+                        "disable_stacktrace",
+                        "sampling",
+                        "output_paths",
+                        "error_output_paths",
+                        "initial_fields",
+                        "processors",
+                    ];
+                    for (lk, lv) in self.entries(v, &key) {
+                        let lkey = format!("{key}.{}", lk.text);
+                        match lk.text.as_str() {
+                            "level" => {
+                                let level = self.scalar(lv, &lkey).map(str::to_ascii_lowercase);
+                                match level.as_deref() {
+                                    Some("debug" | "info" | "warn" | "error") => t.logs_level = level,
+                                    Some(other) => self.err(
+                                        &lv.location,
+                                        lkey,
+                                        format!("invalid level {other:?} (expected debug, info, warn or error)"),
+                                    ),
+                                    None => {}
+                                }
+                            }
+                            "encoding" => match self.scalar(lv, &lkey) {
+                                Some("console" | "json") | None => {}
+                                Some(other) => self.err(
+                                    &lv.location,
+                                    lkey,
+                                    format!("invalid encoding {other:?} (expected console or json)"),
+                                ),
+                            },
+                            s if IGNORED.contains(&s) => {}
+                            _ => self.unknown(lk, &lkey, "level or encoding"),
+                        }
+                    }
+                }
+                "resource" | "traces" => {}
+                _ => self.unknown(k, &key, "metrics, logs or resource"),
+            }
+        }
+        let default = t.metrics_address.take();
+        t.metrics_address = if disabled { None } else { from_readers.or(address).or(default) };
+        t
+    }
+
+    /// The address of the first `pull.exporter.prometheus` reader.
+    fn readers(&mut self, node: &Node, key: &str) -> Option<String> {
+        let items = match &node.kind {
+            NodeKind::Seq(items) => items.as_slice(),
+            _ => {
+                self.err(&node.location, key, "expected a list of readers");
+                &[]
+            }
+        };
+        let mut found = None;
+        for (i, r) in items.iter().enumerate() {
+            let rkey = format!("{key}[{i}]");
+            let path = ["pull", "exporter", "prometheus"].map(|s| PathSeg::Key(s.into()));
+            let Some(prom) = r.get(&path) else {
+                self.err(&r.location, rkey, "unsupported metrics reader (only pull.exporter.prometheus is supported)");
+                continue;
+            };
+            if found.is_some() {
+                self.err(&r.location, rkey, "only one prometheus reader is supported");
+                continue;
+            }
+            let pkey = format!("{rkey}.pull.exporter.prometheus");
+            let mut host = "127.0.0.1".to_string();
+            let mut port = "8888".to_string();
+            for (k, v) in self.entries(prom, &pkey) {
+                let fkey = format!("{pkey}.{}", k.text);
+                match k.text.as_str() {
+                    "host" => host = self.scalar(v, &fkey).map_or(host, str::to_string),
+                    "port" => match self.scalar(v, &fkey) {
+                        Some(p) if p.parse::<u16>().is_ok() => port = p.to_string(),
+                        Some(p) => self.err(&v.location, fkey, format!("invalid port {p:?}")),
+                        None => {}
+                    },
+                    _ => {} // the exporter's other options do not apply here
+                }
+            }
+            found = Some(if host.contains(':') && !host.starts_with('[') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            });
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    /// `(key, line, column)` of each error, in order.
+    fn errs(text: &str) -> Vec<(String, usize, usize, String)> {
+        let e = load_str("c.yaml", text, &no_env).unwrap_err();
+        e.into_iter()
+            .map(|e| {
+                let l = e.location.unwrap();
+                (e.key, l.line, l.column, e.message)
+            })
+            .collect()
+    }
+
+    fn id(s: &str) -> ComponentId {
+        ComponentId::parse(s).unwrap()
+    }
+
+    const PIPE: &str = "service:\n  pipelines:\n    traces: { receivers: [otlp], exporters: [debug] }\n";
+
+    #[test]
+    fn plain_otelcol_config_loads() {
+        let text = r#"
+receivers:  { otlp: { protocols: { grpc: { endpoint: 127.0.0.1:4317 }, http: {} } } }
+processors: { batch: {}, memory_limiter: { limit_mib: 512 } }
+exporters:  { otlp/tempo: { endpoint: tempo:4317, tls: { insecure: true } }, debug: {} }
+service:
+  pipelines:
+    traces: { receivers: [otlp], processors: [memory_limiter, batch], exporters: [otlp/tempo] }
+"#;
+        let c = load_str("otelcol.yaml", text, &no_env).unwrap();
+        assert_eq!(c.receivers[&id("otlp")].settings["protocols"]["grpc"]["endpoint"], "127.0.0.1:4317");
+        assert_eq!(c.processors[&id("memory_limiter")].settings["limit_mib"], 512);
+        let tempo = &c.exporters[&id("otlp/tempo")];
+        assert_eq!(tempo.settings, serde_json::json!({"endpoint": "tempo:4317", "tls": {"insecure": true}}));
+        assert_eq!((tempo.location.line, tempo.location.column), (4, 15));
+        let tls = tempo.locate(&[PathSeg::Key("tls".into()), PathSeg::Key("insecure".into())]);
+        assert_eq!((tls.line, tls.column), (4, 58));
+        let p = &c.service.pipelines[0];
+        assert_eq!(p.id.to_string(), "traces");
+        let procs: Vec<String> = p.processors.iter().map(|(i, _)| i.to_string()).collect();
+        assert_eq!(procs, ["memory_limiter", "batch"]);
+        assert_eq!((p.exporters[0].1.line, p.exporters[0].1.column), (7, 83));
+        assert_eq!(c.service.telemetry, TelemetryConfig::default());
+        assert_eq!(c.service.shutdown_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn service_settings() {
+        let env = |k: &str| (k == "PORT").then(|| "9999".to_string());
+        let base = "receivers: {otlp: }\nexporters: {debug: }\n";
+        let svc = "  pipelines: {traces: {receivers: [otlp], exporters: [debug]}, metrics/fast: {receivers: [otlp], exporters: [debug]}}\n";
+        let load = |tail: &str| load_str("s.yaml", &format!("{base}service:\n{svc}{tail}"), &env).unwrap().service;
+        let s = load(
+            "  shutdown_timeout: 1m30s\n  extensions: [health_check]\n  telemetry:\n    metrics: {address: 0.0.0.0:9000}\n    logs: {level: DEBUG, encoding: json}\n    resource: {a: b}\n",
+        );
+        assert_eq!(s.shutdown_timeout, Duration::from_secs(90));
+        assert_eq!(s.extensions[0].0, id("health_check"));
+        assert_eq!(s.pipelines[1].id.to_string(), "metrics/fast");
+        assert_eq!(s.telemetry.metrics_address.as_deref(), Some("0.0.0.0:9000"));
+        assert_eq!(s.telemetry.logs_level.as_deref(), Some("debug"));
+        let readers = "  telemetry:\n    metrics:\n      level: detailed\n      readers:\n        - pull:\n            exporter:\n              prometheus: {host: '::1', port: '${env:PORT}'}\n";
+        assert_eq!(load(readers).telemetry.metrics_address.as_deref(), Some("[::1]:9999"));
+        let none = "  telemetry: {metrics: {level: none, address: 1.2.3.4:5}}\n";
+        assert_eq!(load(none).telemetry.metrics_address, None);
+    }
+
+    #[test]
+    fn env_substitution_types_values() {
+        let env = |k: &str| match k {
+            "PORT" => Some("4317".to_string()),
+            "HOST" => Some("tempo".to_string()),
+            _ => None,
+        };
+        let text = format!(
+            "receivers:\n  otlp:\n    port: ${{env:PORT}}\n    endpoint: ${{HOST}}:${{env:PORT}}\n    t: ${{env:T:-1s}}\n    lit: $${{HOST}}\nexporters: {{debug: }}\n{PIPE}"
+        );
+        let c = load_str("e.yaml", &text, &env).unwrap();
+        let s = &c.receivers[&id("otlp")].settings;
+        assert_eq!(s, &serde_json::json!({"port": 4317, "endpoint": "tempo:4317", "t": "1s", "lit": "${HOST}"}));
+        let e = load_str("e.yaml", "receivers:\n  otlp:\n    port: ${env:NOPE}\n", &env).unwrap_err();
+        assert_eq!(e.len(), 1);
+        assert_eq!(
+            e[0].to_string(),
+            "e.yaml:3:11: receivers.otlp.port: environment variable NOPE is not set (referenced as \"${env:NOPE}\"; give a default with ${env:NOPE:-value})"
+        );
+    }
+
+    #[test]
+    fn structural_errors_are_all_collected() {
+        let text = "\
+receivers:
+  otlp: {}
+  bad id: {}
+exporters: [debug]
+procesors: {}
+service:
+  extensions: health_check
+  shutdown_timeout: 10 seconds
+  pipelines:
+    traces:
+      receivers: [otlp, 'otlp/', {a: b}]
+      exporter: [debug]
+    spans: {}
+    traces/: {}
+  telemetry:
+    metrics: {level: loud, readers: [{periodic: {}}]}
+    logs: {level: trace, encoding: xml, development: true}
+    tracez: {}
+  extra: 1
+";
+        let got = errs(text);
+        let want: Vec<(&str, usize, usize, &str)> = vec![
+            ("receivers.bad id", 3, 3, "invalid component id"),
+            ("exporters", 4, 12, "expected a map"),
+            ("procesors", 5, 1, "unknown key \"procesors\" (expected receivers,"),
+            ("service.extensions", 7, 15, "expected a list of component ids"),
+            ("service.shutdown_timeout", 8, 21, "10 seconds"),
+            ("service.pipelines.traces.receivers[1]", 11, 25, "invalid component id \"otlp/\""),
+            ("service.pipelines.traces.receivers[2]", 11, 34, "expected a component id"),
+            (
+                "service.pipelines.traces.exporter",
+                12,
+                7,
+                "unknown key \"exporter\" (expected receivers, processors or exporters)",
+            ),
+            ("service.pipelines.spans", 13, 5, "unknown pipeline type \"spans\""),
+            ("service.pipelines.traces/", 14, 5, "invalid pipeline id"),
+            ("service.telemetry.metrics.level", 16, 22, "invalid level \"loud\""),
+            ("service.telemetry.metrics.readers[0]", 16, 38, "unsupported metrics reader"),
+            ("service.telemetry.logs.level", 17, 19, "invalid level \"trace\""),
+            ("service.telemetry.logs.encoding", 17, 36, "invalid encoding \"xml\""),
+            ("service.telemetry.tracez", 18, 5, "unknown key \"tracez\""),
+            ("service.extra", 19, 3, "unknown key \"extra\""),
+        ];
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!((g.0.as_str(), g.1, g.2), (w.0, w.1, w.2), "{g:?}");
+            assert!(g.3.contains(w.3), "{g:?} should contain {:?}", w.3);
+        }
+    }
+
+    #[test]
+    fn pipelines_are_required() {
+        assert_eq!(
+            errs("receivers: {}\n"),
+            [("service.pipelines".to_string(), 1, 1, "at least one pipeline is required".to_string())]
+        );
+        let got = errs("service:\n  pipelines: {}\n");
+        assert_eq!((got[0].1, got[0].2), (2, 3));
+    }
+
+    #[test]
+    fn files_merge_in_order() {
+        let dir = std::env::temp_dir().join(format!("inferwatch-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b, bad) = (dir.join("a.yaml"), dir.join("b.yaml"), dir.join("bad.yaml"));
+        std::fs::write(&a, format!("receivers: {{otlp: }}\nexporters:\n  debug: {{verbosity: basic, sampling: {{initial: 5, thereafter: 10}}, list: [1, 2]}}\n{PIPE}")).unwrap();
+        std::fs::write(&b, "exporters:\n  debug:\n    sampling: {initial: 1}\n    list: [3]\n  otlp: {endpoint: x}\nservice:\n  pipelines:\n    traces: {exporters: [debug, otlp]}\n").unwrap();
+        std::fs::write(&bad, "a: [\nb: ${env:NOPE}\n").unwrap();
+        let c = load_with_env(&[a.clone(), b.clone()], &no_env).unwrap();
+        let debug = &c.exporters[&id("debug")];
+        assert_eq!(
+            debug.settings,
+            serde_json::json!({"verbosity": "basic", "sampling": {"initial": 1, "thereafter": 10}, "list": [3]})
+        );
+        // A replaced value is located in the file that set it.
+        let loc = debug.locate(&[PathSeg::Key("list".into())]);
+        assert_eq!((loc.file.as_ref(), loc.line, loc.column), (b.display().to_string().as_str(), 4, 5));
+        let p = &c.service.pipelines[0];
+        assert_eq!((p.receivers.len(), p.exporters.len()), (1, 2));
+        assert_eq!(c.exporters.len(), 2);
+        // Errors from every file come back together; an unreadable file is reported too.
+        let e = load_with_env(&[bad.clone(), dir.join("missing.yaml"), a], &no_env).unwrap_err();
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].to_string().starts_with(&format!("{}:2:", bad.display())), "{}", e[0]);
+        assert!(e[1].message.starts_with("cannot read"), "{}", e[1]);
+        assert!(load_with_env(&[], &no_env).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

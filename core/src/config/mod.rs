@@ -46,10 +46,13 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.location {
-            Some(l) => write!(f, "{l}: {}: {}", self.key, self.message),
-            None => write!(f, "{}: {}", self.key, self.message),
+        if let Some(l) = &self.location {
+            write!(f, "{l}: ")?;
         }
+        if !self.key.is_empty() {
+            write!(f, "{}: ", self.key)?;
+        }
+        f.write_str(&self.message)
     }
 }
 

@@ -1,5 +1,640 @@
-//! Validation.
-use super::{Config, ConfigError};
+//! Validation of a loaded [`Config`] against the registry: component types and settings,
+//! pipeline references and signals, connector use, extensions and cycles.
+
+use super::{ComponentConfig, Config, ConfigError, Location, PipelineConfig};
+use crate::component::{ComponentId, ComponentKind, FieldError, PathSeg};
+use crate::pdata::Signal;
 use crate::registry::Registry;
-/// Validates.
-pub fn validate(_c: &Config, _r: &Registry) -> Vec<ConfigError> { vec![] }
+use std::collections::HashSet;
+
+/// Checks `c` against the factories in `r`; returns every problem found (empty when valid).
+pub fn validate(c: &Config, r: &Registry) -> Vec<ConfigError> {
+    let mut v = Validator { c, r, errors: Vec::new() };
+    v.components();
+    for p in &c.service.pipelines {
+        v.pipeline(p);
+    }
+    v.ids(&c.service.extensions, "service.extensions", "extension", |id| c.extensions.contains_key(id));
+    v.cycles();
+    v.errors
+}
+
+/// Joins signals for messages: `traces, metrics`.
+fn names(signals: &[Signal]) -> String {
+    signals.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// The dotted suffix for a settings path: `.protocols.grpc`, `.headers[0]`.
+fn suffix(path: &[PathSeg]) -> String {
+    path.iter()
+        .map(|s| match s {
+            PathSeg::Key(k) => format!(".{k}"),
+            PathSeg::Index(i) => format!("[{i}]"),
+        })
+        .collect()
+}
+
+struct Validator<'a> {
+    c: &'a Config,
+    r: &'a Registry,
+    errors: Vec<ConfigError>,
+}
+
+impl Validator<'_> {
+    fn err(&mut self, at: &Location, key: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ConfigError { location: Some(at.clone()), key: key.into(), message: message.into() });
+    }
+
+    fn components(&mut self) {
+        let (c, r) = (self.c, self.r);
+        for comp in c.receivers.values() {
+            self.component(
+                ComponentKind::Receiver,
+                comp,
+                r.receiver(&comp.id.type_name).map(|f| f.validate(&comp.settings)),
+            );
+        }
+        for comp in c.processors.values() {
+            self.component(
+                ComponentKind::Processor,
+                comp,
+                r.processor(&comp.id.type_name).map(|f| f.validate(&comp.settings)),
+            );
+        }
+        for comp in c.exporters.values() {
+            self.component(
+                ComponentKind::Exporter,
+                comp,
+                r.exporter(&comp.id.type_name).map(|f| f.validate(&comp.settings)),
+            );
+        }
+        for comp in c.connectors.values() {
+            self.component(
+                ComponentKind::Connector,
+                comp,
+                r.connector(&comp.id.type_name).map(|f| f.validate(&comp.settings)),
+            );
+            let clash = if c.receivers.contains_key(&comp.id) { Some("receiver") } else { None };
+            if let Some(other) = clash.or(c.exporters.contains_key(&comp.id).then_some("exporter")) {
+                let msg = format!("connector id \"{}\" is also defined as a {other}; ids must be distinct", comp.id);
+                self.err(&comp.location, format!("connectors.{}", comp.id), msg);
+            }
+        }
+        for comp in c.extensions.values() {
+            self.component(
+                ComponentKind::Extension,
+                comp,
+                r.extension(&comp.id.type_name).map(|f| f.validate(&comp.settings)),
+            );
+        }
+    }
+
+    /// Reports an unknown type (`checked` is `None`) or the factory's verdict on the settings.
+    fn component(&mut self, kind: ComponentKind, comp: &ComponentConfig, checked: Option<Result<(), FieldError>>) {
+        let key = format!("{}.{}", kind.section(), comp.id);
+        match checked {
+            None => {
+                let known = self.r.type_names(kind);
+                let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                let msg = format!("unknown {} type {:?} (known: {known})", kind.singular(), comp.id.type_name);
+                self.err(&comp.location, key, msg);
+            }
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                let mut path = e.path.clone();
+                // serde's path ends at the map holding an unknown field: point at the field itself.
+                let unknown = e.message.strip_prefix("unknown field `").and_then(|m| m.split_once('`')).map(|(f, _)| f);
+                if let Some(field) = unknown.filter(|f| comp.node.get(&path).and_then(|n| n.entry(f)).is_some()) {
+                    path.push(PathSeg::Key(field.to_string()));
+                }
+                self.err(&comp.locate(&path), format!("{key}{}", suffix(&path)), e.message);
+            }
+        }
+    }
+
+    /// Checks a list of ids: each defined (per `defined`) and listed once.
+    fn ids(&mut self, list: &[(ComponentId, Location)], key: &str, what: &str, defined: impl Fn(&ComponentId) -> bool) {
+        let mut seen = HashSet::new();
+        for (i, (id, at)) in list.iter().enumerate() {
+            let key = format!("{key}[{i}]");
+            if !seen.insert(id) {
+                self.err(at, key, format!("{what} \"{id}\" is listed more than once"));
+            } else if !defined(id) {
+                self.err(at, key, format!("references {what} \"{id}\" which is not defined"));
+            }
+        }
+    }
+
+    fn pipeline(&mut self, p: &PipelineConfig) {
+        let (c, r, s) = (self.c, self.r, p.id.signal);
+        let pkey = format!("service.pipelines.{}", p.id);
+        if p.receivers.is_empty() {
+            self.err(&p.location, &pkey, "a pipeline needs at least one receiver");
+        }
+        if p.exporters.is_empty() {
+            self.err(&p.location, &pkey, "a pipeline needs at least one exporter");
+        }
+        let is_conn = |id: &ComponentId| c.connectors.contains_key(id);
+        self.ids(&p.receivers, &format!("{pkey}.receivers"), "receiver", |id| {
+            c.receivers.contains_key(id) || is_conn(id)
+        });
+        self.ids(&p.processors, &format!("{pkey}.processors"), "processor", |id| c.processors.contains_key(id));
+        self.ids(&p.exporters, &format!("{pkey}.exporters"), "exporter", |id| {
+            c.exporters.contains_key(id) || is_conn(id)
+        });
+        for (i, (id, at)) in p.receivers.iter().enumerate() {
+            let key = format!("{pkey}.receivers[{i}]");
+            if c.receivers.contains_key(id) {
+                let signals = r.receiver(&id.type_name).map(|f| f.signals());
+                self.supports("receiver", id, signals, s, at, &key);
+            } else if is_conn(id) {
+                self.connector(id, p, false, at, &key);
+            }
+        }
+        for (i, (id, at)) in p.processors.iter().enumerate() {
+            if c.processors.contains_key(id) {
+                let signals = r.processor(&id.type_name).map(|f| f.signals());
+                self.supports("processor", id, signals, s, at, &format!("{pkey}.processors[{i}]"));
+            }
+        }
+        for (i, (id, at)) in p.exporters.iter().enumerate() {
+            let key = format!("{pkey}.exporters[{i}]");
+            if c.exporters.contains_key(id) {
+                let signals = r.exporter(&id.type_name).map(|f| f.signals());
+                self.supports("exporter", id, signals, s, at, &key);
+            } else if is_conn(id) {
+                self.connector(id, p, true, at, &key);
+            }
+        }
+    }
+
+    /// Reports a component that does not take signal `s` (`None`: unknown type, reported already).
+    fn supports(
+        &mut self,
+        what: &str,
+        id: &ComponentId,
+        signals: Option<&[Signal]>,
+        s: Signal,
+        at: &Location,
+        key: &str,
+    ) {
+        if let Some(signals) = signals.filter(|sig| !sig.contains(&s)) {
+            self.err(at, key, format!("{what} \"{id}\" does not support {s} (supports: {})", names(signals)));
+        }
+    }
+
+    /// Checks connector `id` used in `p` as an exporter (or a receiver): it must be used on the
+    /// other side too, in a pipeline whose signal pairs with this one.
+    fn connector(&mut self, id: &ComponentId, p: &PipelineConfig, as_exporter: bool, at: &Location, key: &str) {
+        let Some(f) = self.r.connector(&id.type_name) else { return };
+        let s = p.id.signal;
+        let others: Vec<Signal> = (self.c.service.pipelines.iter())
+            .filter(|q| (if as_exporter { &q.receivers } else { &q.exporters }).iter().any(|(x, _)| x == id))
+            .map(|q| q.id.signal)
+            .collect();
+        let (role, other) = if as_exporter { ("an exporter", "a receiver") } else { ("a receiver", "an exporter") };
+        if others.is_empty() {
+            self.err(at, key, format!("connector \"{id}\" is used as {role} but not as {other} in any pipeline"));
+            return;
+        }
+        let pair = |o: Signal| if as_exporter { (s, o) } else { (o, s) };
+        if !others.iter().any(|&o| f.signal_pairs().contains(&pair(o))) {
+            let pairs: Vec<String> = f.signal_pairs().iter().map(|(a, b)| format!("{a}->{b}")).collect();
+            let msg = format!(
+                "connector \"{id}\" is used as {role} in a {s} pipeline but as {other} in no pipeline it can pair with (supports: {})",
+                pairs.join(", ")
+            );
+            self.err(at, key, msg);
+        }
+    }
+
+    /// Reports cycles between pipelines through connectors, at the exporter entry closing each.
+    fn cycles(&mut self) {
+        let c = self.c;
+        let ps = &c.service.pipelines;
+        // edges[p] = (exporter entry index, downstream pipeline index)
+        let edges: Vec<Vec<(usize, usize)>> = ps
+            .iter()
+            .map(|p| {
+                let conns = p
+                    .exporters
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (id, _))| c.connectors.contains_key(id) && !c.exporters.contains_key(id));
+                conns
+                    .flat_map(|(i, (id, _))| {
+                        ps.iter()
+                            .enumerate()
+                            .filter(move |(_, q)| q.receivers.iter().any(|(r, _)| r == id))
+                            .map(move |(j, _)| (i, j))
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut state = vec![Visit::New; ps.len()];
+        for start in 0..ps.len() {
+            self.dfs(start, &edges, &mut state, &mut Vec::new());
+        }
+    }
+
+    fn dfs(&mut self, p: usize, edges: &[Vec<(usize, usize)>], state: &mut [Visit], stack: &mut Vec<usize>) {
+        if state[p] != Visit::New {
+            return;
+        }
+        let ps = &self.c.service.pipelines;
+        state[p] = Visit::OnStack;
+        stack.push(p);
+        for &(entry, q) in &edges[p] {
+            match state[q] {
+                Visit::New => self.dfs(q, edges, state, stack),
+                Visit::OnStack => {
+                    let from = stack.iter().position(|&x| x == q).unwrap_or(0);
+                    let path: Vec<String> = stack[from..].iter().chain([&q]).map(|&i| ps[i].id.to_string()).collect();
+                    let (id, at) = &ps[p].exporters[entry];
+                    let msg = format!("connector \"{id}\" closes a cycle: {}", path.join(" -> "));
+                    self.err(at, format!("service.pipelines.{}.exporters[{entry}]", ps[p].id), msg);
+                }
+                Visit::Done => {}
+            }
+        }
+        stack.pop();
+        state[p] = Visit::Done;
+    }
+}
+
+/// Depth-first search marks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Visit {
+    New,
+    OnStack,
+    Done,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::component::{
+        ComponentError, ConnectorFactory, CreateContext, ExporterFactory, Extension, ExtensionFactory, NodeRef,
+        ProcessorFactory, Receiver, ReceiverFactory, parse_config,
+    };
+    use crate::config::load_str;
+    use crate::consumer::ConsumerRef;
+    use Signal::{Logs, Metrics, Traces};
+    use std::sync::Arc;
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct FakeCfg {
+        endpoint: Option<String>,
+        port: Option<u16>,
+        tls: Option<Tls>,
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Tls {
+        insecure: bool,
+    }
+
+    /// A factory of any kind, with the settings schema above.
+    struct Fake(&'static str, &'static [Signal], &'static [(Signal, Signal)]);
+
+    fn check(cfg: &serde_json::Value) -> Result<(), FieldError> {
+        let c: FakeCfg = parse_config(cfg)?;
+        match c.endpoint.as_deref() {
+            Some("bad") => Err(FieldError::at("endpoint", "endpoint must be host:port")),
+            _ => Ok(()),
+        }
+    }
+
+    fn nope<T>() -> Result<T, ComponentError> {
+        Err(ComponentError::Start("fake".into()))
+    }
+
+    impl ReceiverFactory for Fake {
+        fn type_name(&self) -> &'static str {
+            self.0
+        }
+        fn signals(&self) -> &'static [Signal] {
+            self.1
+        }
+        fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+            check(cfg)
+        }
+        fn create(&self, _: CreateContext, _: &serde_json::Value) -> Result<Box<dyn Receiver>, ComponentError> {
+            nope()
+        }
+    }
+
+    impl ProcessorFactory for Fake {
+        fn type_name(&self) -> &'static str {
+            self.0
+        }
+        fn signals(&self) -> &'static [Signal] {
+            self.1
+        }
+        fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+            check(cfg)
+        }
+        fn create(
+            &self,
+            _: CreateContext,
+            _: &serde_json::Value,
+            _: Signal,
+            _: ConsumerRef,
+        ) -> Result<NodeRef, ComponentError> {
+            nope()
+        }
+    }
+
+    impl ExporterFactory for Fake {
+        fn type_name(&self) -> &'static str {
+            self.0
+        }
+        fn signals(&self) -> &'static [Signal] {
+            self.1
+        }
+        fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+            check(cfg)
+        }
+        fn create(&self, _: CreateContext, _: &serde_json::Value, _: Signal) -> Result<NodeRef, ComponentError> {
+            nope()
+        }
+    }
+
+    impl ConnectorFactory for Fake {
+        fn type_name(&self) -> &'static str {
+            self.0
+        }
+        fn signal_pairs(&self) -> &'static [(Signal, Signal)] {
+            self.2
+        }
+        fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+            check(cfg)
+        }
+        fn create(
+            &self,
+            _: CreateContext,
+            _: &serde_json::Value,
+            _: Signal,
+            _: Signal,
+            _: ConsumerRef,
+        ) -> Result<NodeRef, ComponentError> {
+            nope()
+        }
+    }
+
+    impl ExtensionFactory for Fake {
+        fn type_name(&self) -> &'static str {
+            self.0
+        }
+        fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+            check(cfg)
+        }
+        fn create(&self, _: CreateContext, _: &serde_json::Value) -> Result<Box<dyn Extension>, ComponentError> {
+            nope()
+        }
+    }
+
+    const ALL: &[Signal] = &[Traces, Metrics, Logs];
+
+    fn registry() -> Registry {
+        let mut r = Registry::new();
+        r.add_receiver(Arc::new(Fake("otlp", ALL, &[])));
+        r.add_receiver(Arc::new(Fake("prometheus", &[Metrics], &[])));
+        r.add_processor(Arc::new(Fake("batch", ALL, &[])));
+        r.add_processor(Arc::new(Fake("spanonly", &[Traces], &[])));
+        r.add_exporter(Arc::new(Fake("debug", ALL, &[])));
+        r.add_exporter(Arc::new(Fake("otlp", ALL, &[])));
+        r.add_exporter(Arc::new(Fake("prom", &[Metrics], &[])));
+        r.add_connector(Arc::new(Fake("count", &[], &[(Traces, Metrics)])));
+        r.add_connector(Arc::new(Fake("forward", &[], &[(Traces, Traces), (Metrics, Metrics), (Logs, Logs)])));
+        r.add_extension(Arc::new(Fake("health_check", &[], &[])));
+        r
+    }
+
+    /// `(key, line, column, message)` of each validation error.
+    fn errs(text: &str) -> Vec<(String, usize, usize, String)> {
+        let c = load_str("v.yaml", text, &|_| None).unwrap();
+        validate(&c, &registry())
+            .into_iter()
+            .map(|e| {
+                let l = e.location.unwrap();
+                (e.key, l.line, l.column, e.message)
+            })
+            .collect()
+    }
+
+    fn assert_errs(text: &str, want: &[(&str, usize, usize, &str)]) {
+        let got = errs(text);
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!((g.0.as_str(), g.1, g.2), (w.0, w.1, w.2), "{g:?}");
+            assert!(g.3.contains(w.3), "{g:?} should contain {:?}", w.3);
+        }
+    }
+
+    #[test]
+    fn valid_configs_pass() {
+        let text = "\
+receivers: { otlp: { endpoint: 127.0.0.1:4317 } }
+processors: { batch: {} }
+exporters: { otlp/tempo: { endpoint: tempo:4317, tls: { insecure: true } }, debug: {}, prom: }
+connectors: { count: }
+extensions: { health_check: }
+service:
+  extensions: [health_check]
+  pipelines:
+    traces: { receivers: [otlp], processors: [batch], exporters: [otlp/tempo, count] }
+    metrics: { receivers: [otlp, count], exporters: [prom, debug] }
+";
+        assert_errs(text, &[]);
+    }
+
+    #[test]
+    fn component_errors() {
+        let text = "\
+receivers:
+  otlp:
+    port: 99999
+  zipkin: {}
+processors:
+  batch:
+    tls:
+      insecure: true
+      insecur: false
+exporters:
+  otlp:
+    endpoint: bad
+  debug:
+    nope: 1
+connectors:
+  otlp: {}
+  spanmetrics: {}
+extensions:
+  pprof: {}
+service:
+  pipelines:
+    traces: { receivers: [otlp], exporters: [debug] }
+";
+        assert_errs(
+            text,
+            &[
+                ("receivers.otlp.port", 3, 5, "invalid value: integer `99999`"),
+                ("receivers.zipkin", 4, 3, "unknown receiver type \"zipkin\" (known: otlp, prometheus)"),
+                ("processors.batch.tls.insecur", 9, 7, "unknown field `insecur`"),
+                ("exporters.debug.nope", 14, 5, "unknown field `nope`"),
+                ("exporters.otlp.endpoint", 12, 5, "endpoint must be host:port"),
+                ("connectors.otlp", 16, 3, "unknown connector type \"otlp\" (known: count, forward)"),
+                ("connectors.otlp", 16, 3, "connector id \"otlp\" is also defined as a receiver"),
+                ("connectors.spanmetrics", 17, 3, "unknown connector type"),
+                ("extensions.pprof", 19, 3, "unknown extension type \"pprof\" (known: health_check)"),
+            ],
+        );
+    }
+
+    #[test]
+    fn pipeline_errors() {
+        let text = "\
+receivers: { otlp: , prometheus: }
+processors: { batch: , spanonly: }
+exporters: { debug: , prom: }
+connectors: { count: , forward: }
+extensions: { health_check: }
+service:
+  extensions: [health_check, pprof, health_check]
+  pipelines:
+    traces:
+      receivers:
+        - otlp
+        - prometheus
+        - jaeger
+      processors: [batch, spanonly, batch, memory_limiter]
+      exporters: [prom, forward, count, otlp]
+    metrics:
+      receivers: [count, forward]
+      processors: [spanonly]
+    logs:
+      exporters: [debug]
+";
+        assert_errs(
+            text,
+            &[
+                (
+                    "service.pipelines.traces.receivers[2]",
+                    13,
+                    11,
+                    "references receiver \"jaeger\" which is not defined",
+                ),
+                ("service.pipelines.traces.processors[2]", 14, 37, "processor \"batch\" is listed more than once"),
+                (
+                    "service.pipelines.traces.processors[3]",
+                    14,
+                    44,
+                    "references processor \"memory_limiter\" which is not",
+                ),
+                ("service.pipelines.traces.exporters[3]", 15, 41, "references exporter \"otlp\" which is not defined"),
+                (
+                    "service.pipelines.traces.receivers[1]",
+                    12,
+                    11,
+                    "receiver \"prometheus\" does not support traces (supports: metrics)",
+                ),
+                ("service.pipelines.traces.exporters[0]", 15, 19, "exporter \"prom\" does not support traces"),
+                (
+                    "service.pipelines.traces.exporters[1]",
+                    15,
+                    25,
+                    "connector \"forward\" is used as an exporter in a traces pipeline but as a receiver in no pipeline it can pair with (supports: traces->traces, metrics->metrics, logs->logs)",
+                ),
+                ("service.pipelines.metrics", 16, 5, "at least one exporter"),
+                (
+                    "service.pipelines.metrics.receivers[1]",
+                    17,
+                    26,
+                    "connector \"forward\" is used as a receiver in a metrics pipeline but as an exporter in no pipeline",
+                ),
+                ("service.pipelines.metrics.processors[0]", 18, 20, "processor \"spanonly\" does not support metrics"),
+                ("service.pipelines.logs", 19, 5, "at least one receiver"),
+                ("service.extensions[1]", 7, 30, "references extension \"pprof\" which is not defined"),
+                ("service.extensions[2]", 7, 37, "extension \"health_check\" is listed more than once"),
+            ],
+        );
+    }
+
+    #[test]
+    fn connectors_need_both_sides() {
+        let text = "\
+receivers: { otlp: }
+exporters: { debug: }
+connectors: { count: , forward: }
+service:
+  pipelines:
+    traces: { receivers: [otlp], exporters: [count] }
+    logs: { receivers: [forward], exporters: [debug] }
+";
+        assert_errs(
+            text,
+            &[
+                (
+                    "service.pipelines.traces.exporters[0]",
+                    6,
+                    46,
+                    "connector \"count\" is used as an exporter but not as a receiver in any pipeline",
+                ),
+                (
+                    "service.pipelines.logs.receivers[0]",
+                    7,
+                    25,
+                    "connector \"forward\" is used as a receiver but not as an exporter in any pipeline",
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn cycles_through_connectors() {
+        let text = "\
+receivers: { otlp: }
+exporters: { debug: }
+connectors: { forward/a: , forward/b: , forward/self: }
+service:
+  pipelines:
+    traces/in: { receivers: [otlp], exporters: [forward/a] }
+    traces/x: { receivers: [forward/a, forward/b], exporters: [forward/b, debug] }
+    logs: { receivers: [otlp, forward/self], exporters: [debug, forward/self] }
+";
+        assert_errs(
+            text,
+            &[
+                (
+                    "service.pipelines.traces/x.exporters[0]",
+                    7,
+                    64,
+                    "connector \"forward/b\" closes a cycle: traces/x -> traces/x",
+                ),
+                (
+                    "service.pipelines.logs.exporters[1]",
+                    8,
+                    65,
+                    "connector \"forward/self\" closes a cycle: logs -> logs",
+                ),
+            ],
+        );
+        let two = "\
+receivers: { otlp: }
+exporters: { debug: }
+connectors: { forward/a: , forward/b: }
+service:
+  pipelines:
+    traces/1: { receivers: [otlp, forward/b], exporters: [forward/a] }
+    traces/2: { receivers: [forward/a], exporters: [forward/b, debug] }
+";
+        assert_errs(
+            two,
+            &[("service.pipelines.traces/2.exporters[0]", 7, 53, "closes a cycle: traces/1 -> traces/2 -> traces/1")],
+        );
+    }
+}

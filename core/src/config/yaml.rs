@@ -1,10 +1,468 @@
-//! YAML with positions.
+//! YAML parsed into a tree that remembers where every key and value is.
+//!
+//! Built on saphyr-parser's event API. Anchors and aliases are expanded, `<<` merge keys are
+//! applied (explicit keys win, then earlier merge sources), duplicate keys are refused, and
+//! plain scalars resolve by the YAML 1.2 core schema when turned into JSON.
+
+use super::{ConfigError, Location};
 use crate::component::PathSeg;
-use super::Location;
+use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError, Span, StrInput};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Deepest nesting accepted, to keep recursion bounded.
+const MAX_DEPTH: usize = 256;
+/// Most nodes a document may expand to through aliases (guards against "billion laughs").
+const MAX_NODES: usize = 1_000_000;
+
+/// A map key with its position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Key {
+    /// The key as written (after unquoting).
+    pub text: String,
+    /// Where the key starts.
+    pub location: Location,
+}
+
+/// What a node holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeKind {
+    /// A mapping, in file order, keys unique.
+    Map(Vec<(Key, Node)>),
+    /// A sequence.
+    Seq(Vec<Node>),
+    /// A scalar; `plain` is false when quoted, a block scalar or tagged `!!str`.
+    Scalar {
+        /// The scalar's text.
+        text: String,
+        /// Whether the scalar was plain (unquoted) and so resolves to a typed value.
+        plain: bool,
+    },
+    /// An empty value, `~` or `null`.
+    Null,
+}
+
 /// A YAML node with its position.
-#[derive(Debug, Clone)]
-pub struct Node;
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// Its content.
+    pub kind: NodeKind,
+    /// Where it starts.
+    pub location: Location,
+}
+
 impl Node {
-    /// Location of a path below this node.
-    pub fn locate(&self, _path: &[PathSeg]) -> Option<Location> { None }
+    /// The entry for `key` when this node is a map.
+    pub fn entry(&self, key: &str) -> Option<(&Key, &Node)> {
+        match &self.kind {
+            NodeKind::Map(entries) => entries.iter().find(|(k, _)| k.text == key).map(|(k, v)| (k, v)),
+            _ => None,
+        }
+    }
+
+    /// The node at `path` below this one.
+    pub fn get(&self, path: &[PathSeg]) -> Option<&Node> {
+        path.iter().try_fold(self, |node, seg| match (seg, &node.kind) {
+            (PathSeg::Key(k), _) => node.entry(k).map(|(_, v)| v),
+            (PathSeg::Index(i), NodeKind::Seq(items)) => items.get(*i),
+            _ => None,
+        })
+    }
+
+    /// Location of `path` below this node: a key segment locates the key, an index the item;
+    /// when the path leaves the tree, the deepest part that exists. `None` if nothing matches.
+    pub fn locate(&self, path: &[PathSeg]) -> Option<Location> {
+        let mut node = self;
+        let mut found = None;
+        for seg in path {
+            let (loc, next) = match (seg, &node.kind) {
+                (PathSeg::Key(k), _) => match node.entry(k) {
+                    Some((key, v)) => (&key.location, v),
+                    None => break,
+                },
+                (PathSeg::Index(i), NodeKind::Seq(items)) => match items.get(*i) {
+                    Some(v) => (&v.location, v),
+                    None => break,
+                },
+                _ => break,
+            };
+            found = Some(loc.clone());
+            node = next;
+        }
+        found
+    }
+
+    /// The scalar text, if this is a scalar.
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.kind {
+            NodeKind::Scalar { text, .. } => Some(text),
+            _ => None,
+        }
+    }
+
+    /// Converts to JSON, resolving plain scalars by the YAML 1.2 core schema.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value;
+        match &self.kind {
+            NodeKind::Map(entries) => {
+                Value::Object(entries.iter().map(|(k, v)| (k.text.clone(), v.to_json())).collect())
+            }
+            NodeKind::Seq(items) => Value::Array(items.iter().map(Node::to_json).collect()),
+            NodeKind::Scalar { text, plain: true } => resolve_plain(text),
+            NodeKind::Scalar { text, plain: false } => Value::String(text.clone()),
+            NodeKind::Null => Value::Null,
+        }
+    }
+
+    /// How many nodes this tree holds.
+    fn size(&self) -> usize {
+        1 + match &self.kind {
+            NodeKind::Map(entries) => entries.iter().map(|(_, v)| v.size()).sum(),
+            NodeKind::Seq(items) => items.iter().map(Node::size).sum(),
+            _ => 0,
+        }
+    }
+}
+
+/// Resolves a plain scalar by the YAML 1.2 core schema.
+///
+/// JSON has no infinity or NaN: `.inf` becomes `±f64::MAX` and `.nan` stays the string `.nan`.
+pub fn resolve_plain(text: &str) -> serde_json::Value {
+    use serde_json::Value;
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" => return Value::Bool(true),
+        "false" | "False" | "FALSE" => return Value::Bool(false),
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => return f64::MAX.into(),
+        "-.inf" | "-.Inf" | "-.INF" => return f64::MIN.into(),
+        _ => {}
+    }
+    let radix = |prefix: &str, radix: u32| {
+        let digits = text.strip_prefix(prefix)?;
+        let ok = !digits.is_empty() && digits.chars().all(|c| c.is_digit(radix));
+        if ok { u64::from_str_radix(digits, radix).ok().map(Value::from) } else { None }
+    };
+    if let Some(v) = radix("0x", 16).or_else(|| radix("0o", 8)) {
+        return v;
+    }
+    let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if all_digits(unsigned) {
+        if let Ok(i) = text.parse::<i64>() {
+            return i.into();
+        }
+        if let (false, Ok(u)) = (text.starts_with('-'), unsigned.parse::<u64>()) {
+            return u.into();
+        }
+    }
+    if is_core_float(unsigned) {
+        if let Some(n) = text.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
+            return Value::Number(n);
+        }
+    }
+    Value::String(text.to_string())
+}
+
+/// Whether `s` (sign removed) matches `( \. [0-9]+ | [0-9]+ ( \. [0-9]* )? ) ( [eE] [-+]? [0-9]+ )?`.
+fn is_core_float(s: &str) -> bool {
+    let (mantissa, exp) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], Some(&s[i + 1..])),
+        None => (s, None),
+    };
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((int, frac)) => digits(int) && digits(frac) && (!int.is_empty() || !frac.is_empty()),
+        None => !mantissa.is_empty() && digits(mantissa),
+    };
+    let exp_ok = exp.is_none_or(|e| {
+        let e = e.strip_prefix(['-', '+']).unwrap_or(e);
+        !e.is_empty() && digits(e)
+    });
+    mantissa_ok && exp_ok
+}
+
+/// Converts a parser marker (1-based line, 0-based column) to a location.
+fn location(file: &Arc<str>, m: &Marker) -> Location {
+    Location { file: file.clone(), line: m.line(), column: m.col() + 1 }
+}
+
+/// Parses one YAML document. An empty document is `Null`; a second document is an error.
+pub fn parse(file: &str, text: &str) -> Result<Node, Vec<ConfigError>> {
+    let mut b = Builder {
+        file: Arc::from(file),
+        parser: Parser::new_from_str(text),
+        anchors: HashMap::new(),
+        errors: Vec::new(),
+        nodes: 0,
+    };
+    match b.document() {
+        Ok(node) if b.errors.is_empty() => Ok(node),
+        Ok(_) => Err(b.errors),
+        Err(e) => {
+            b.errors.push(e);
+            Err(b.errors)
+        }
+    }
+}
+
+/// Turns parser events into a [`Node`] tree.
+struct Builder<'a> {
+    file: Arc<str>,
+    parser: Parser<'a, StrInput<'a>>,
+    anchors: HashMap<usize, Node>,
+    /// Non-fatal problems (duplicate keys, bad merges); parsing goes on after them.
+    errors: Vec<ConfigError>,
+    nodes: usize,
+}
+
+impl<'a> Builder<'a> {
+    fn error(&self, m: &Marker, key: &str, message: impl Into<String>) -> ConfigError {
+        ConfigError { location: Some(location(&self.file, m)), key: key.to_string(), message: message.into() }
+    }
+
+    fn syntax(&self, e: ScanError, key: &str) -> ConfigError {
+        self.error(e.marker(), key, format!("YAML syntax error: {}", e.info()))
+    }
+
+    fn next(&mut self, key: &str) -> Result<(Event<'a>, Span), ConfigError> {
+        match self.parser.next_event() {
+            Some(Ok(ev)) => Ok(ev),
+            Some(Err(e)) => Err(self.syntax(e, key)),
+            None => Err(self.error(&Marker::new(0, 1, 0), key, "unexpected end of YAML input")),
+        }
+    }
+
+    fn document(&mut self) -> Result<Node, ConfigError> {
+        let mut root = None;
+        loop {
+            let (ev, span) = self.next("")?;
+            match ev {
+                Event::StreamStart | Event::DocumentEnd | Event::Nothing => {}
+                Event::DocumentStart(_) if root.is_some() => {
+                    return Err(self.error(&span.start, "", "only one YAML document per file is supported"));
+                }
+                Event::DocumentStart(_) => {
+                    let (ev, span) = self.next("")?;
+                    root = Some(self.node(ev, span, "", 0)?);
+                }
+                Event::StreamEnd => {
+                    let at = Location { file: self.file.clone(), line: 1, column: 1 };
+                    return Ok(root.unwrap_or(Node { kind: NodeKind::Null, location: at }));
+                }
+                _ => return Err(self.error(&span.start, "", "unexpected YAML event")),
+            }
+        }
+    }
+
+    fn count(&mut self, n: usize, at: &Marker, key: &str) -> Result<(), ConfigError> {
+        self.nodes += n;
+        if self.nodes > MAX_NODES {
+            return Err(self.error(at, key, "document too large after alias expansion"));
+        }
+        Ok(())
+    }
+
+    fn node(&mut self, ev: Event<'a>, span: Span, key: &str, depth: usize) -> Result<Node, ConfigError> {
+        if depth > MAX_DEPTH {
+            return Err(self.error(&span.start, key, "YAML nesting too deep"));
+        }
+        self.count(1, &span.start, key)?;
+        let loc = location(&self.file, &span.start);
+        let (kind, anchor) = match ev {
+            Event::Alias(id) => {
+                let Some(target) = self.anchors.get(&id).cloned() else {
+                    return Err(self.error(&span.start, key, "unknown anchor"));
+                };
+                self.count(target.size(), &span.start, key)?;
+                return Ok(Node { location: loc, ..target });
+            }
+            Event::Scalar(text, style, anchor, tag) => {
+                let is_str = tag.as_ref().is_some_and(|t| t.is_yaml_core_schema() && t.suffix == "str");
+                let plain = style == ScalarStyle::Plain && !is_str;
+                let kind = if plain && resolve_plain(&text).is_null() {
+                    NodeKind::Null
+                } else {
+                    NodeKind::Scalar { text: text.into_owned(), plain }
+                };
+                (kind, anchor)
+            }
+            Event::SequenceStart(anchor, _) => {
+                let mut items = Vec::new();
+                loop {
+                    let item_key = format!("{key}[{}]", items.len());
+                    let (ev, span) = self.next(&item_key)?;
+                    if matches!(ev, Event::SequenceEnd) {
+                        break;
+                    }
+                    items.push(self.node(ev, span, &item_key, depth + 1)?);
+                }
+                (NodeKind::Seq(items), anchor)
+            }
+            Event::MappingStart(anchor, _) => (NodeKind::Map(self.map(key, depth)?), anchor),
+            _ => return Err(self.error(&span.start, key, "unexpected YAML event")),
+        };
+        let node = Node { kind, location: loc };
+        if anchor != 0 {
+            self.anchors.insert(anchor, node.clone());
+        }
+        Ok(node)
+    }
+
+    fn map(&mut self, path: &str, depth: usize) -> Result<Vec<(Key, Node)>, ConfigError> {
+        let mut entries: Vec<(Key, Node)> = Vec::new();
+        let mut merges: Vec<Node> = Vec::new();
+        loop {
+            let (ev, span) = self.next(path)?;
+            if matches!(ev, Event::MappingEnd) {
+                break;
+            }
+            let is_merge = matches!(&ev, Event::Scalar(t, ScalarStyle::Plain, _, None) if &**t == "<<");
+            let key_node = self.node(ev, span, path, depth + 1)?;
+            let text = match key_node.kind {
+                NodeKind::Scalar { text, .. } => text,
+                NodeKind::Null => String::new(),
+                _ => {
+                    let e = self.error(&span.start, path, "map keys must be scalars");
+                    self.errors.push(e);
+                    String::new()
+                }
+            };
+            let child = if path.is_empty() { text.clone() } else { format!("{path}.{text}") };
+            let (ev, vspan) = self.next(&child)?;
+            let value = self.node(ev, vspan, &child, depth + 1)?;
+            if is_merge {
+                match value.kind {
+                    NodeKind::Map(_) => merges.push(value),
+                    NodeKind::Seq(items) if items.iter().all(|i| matches!(i.kind, NodeKind::Map(_))) => {
+                        merges.extend(items)
+                    }
+                    _ => {
+                        self.errors.push(self.error(&vspan.start, path, "merge key `<<` needs a map or a list of maps"))
+                    }
+                }
+                continue;
+            }
+            if let Some((first, _)) = entries.iter().find(|(k, _)| k.text == text) {
+                let msg = format!(
+                    "duplicate key {text:?} (first at line {}, column {})",
+                    first.location.line, first.location.column
+                );
+                self.errors.push(self.error(&span.start, &child, msg));
+                continue;
+            }
+            entries.push((Key { text, location: key_node.location }, value));
+        }
+        for source in merges {
+            if let NodeKind::Map(src) = source.kind {
+                for (k, v) in src {
+                    if !entries.iter().any(|(e, _)| e.text == k.text) {
+                        entries.push((k, v));
+                    }
+                }
+            }
+        }
+        Ok(entries)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn at(n: &Node) -> (usize, usize) {
+        (n.location.line, n.location.column)
+    }
+
+    fn lc(l: &Location) -> (usize, usize) {
+        (l.line, l.column)
+    }
+
+    fn key(s: &str) -> PathSeg {
+        PathSeg::Key(s.into())
+    }
+
+    #[test]
+    fn positions_are_one_based() {
+        let n = parse("f.yaml", "a:\n  b: 1\n  c: [x, \"y\"]\n").unwrap();
+        assert_eq!(lc(&n.locate(&[key("a")]).unwrap()), (1, 1));
+        assert_eq!(lc(&n.locate(&[key("a"), key("c")]).unwrap()), (3, 3));
+        assert_eq!(lc(&n.locate(&[key("a"), key("c"), PathSeg::Index(1)]).unwrap()), (3, 10));
+        // A path that leaves the tree stops at the deepest match.
+        assert_eq!(lc(&n.locate(&[key("a"), key("zz"), key("q")]).unwrap()), (1, 1));
+        assert_eq!(n.locate(&[key("nope")]), None);
+        assert_eq!(at(n.get(&[key("a"), key("b")]).unwrap()), (2, 6));
+        assert_eq!(n.locate(&[key("a")]).unwrap().to_string(), "f.yaml:1:1");
+    }
+
+    #[test]
+    fn core_schema_resolution() {
+        let n = parse(
+            "f",
+            "a: ~\nb:\nc: True\nd: 0x1F\ne: 0o17\nf: -12\ng: 1.5e3\nh: .inf\ni: .nan\nj: '12'\nk: 10s\nl: !!str 7\nm: |\n  x\nn: 1_000\no: 18446744073709551615\np: .5\n",
+        )
+        .unwrap();
+        assert_eq!(
+            n.to_json(),
+            json!({"a": null, "b": null, "c": true, "d": 31, "e": 15, "f": -12, "g": 1500.0, "h": f64::MAX,
+                   "i": ".nan", "j": "12", "k": "10s", "l": "7", "m": "x\n", "n": "1_000",
+                   "o": 18446744073709551615u64, "p": 0.5})
+        );
+        assert_eq!(resolve_plain("-.INF"), json!(f64::MIN));
+        for s in ["1.2.3", "e5", ".", "0x", "+", "1e", "inf", "nan", "0b101"] {
+            assert_eq!(resolve_plain(s), json!(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn anchors_and_merge_keys() {
+        let text = "base: &b\n  x: 1\n  y: 2\nother: &o {z: 3}\nm:\n  <<: [*b, *o]\n  y: 20\nlist: &l [1, 2]\nr: *l\n";
+        let n = parse("f", text).unwrap();
+        assert_eq!(n.to_json()["m"], json!({"y": 20, "x": 1, "z": 3}));
+        assert_eq!(n.to_json()["r"], json!([1, 2]));
+        // An alias sits where it is used; keys inside keep the anchor's positions.
+        assert_eq!(at(n.get(&[key("r")]).unwrap()), (9, 4));
+        assert_eq!(lc(&n.locate(&[key("m"), key("x")]).unwrap()), (2, 3));
+        let e = parse("f", "a: &a 1\nb:\n  <<: *a\n").unwrap_err();
+        assert_eq!(lc(e[0].location.as_ref().unwrap()), (3, 7));
+        assert!(e[0].message.contains("merge key"), "{}", e[0].message);
+    }
+
+    #[test]
+    fn duplicate_keys_are_all_reported() {
+        let e = parse("f.yaml", "a: 1\nb:\n  c: 1\n  c: 2\na: 3\n").unwrap_err();
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].key, "b.c");
+        assert_eq!(e[0].location.as_ref().unwrap().to_string(), "f.yaml:4:3");
+        assert!(e[0].message.contains("first at line 3, column 3"), "{}", e[0].message);
+        assert_eq!(e[1].key, "a");
+        assert_eq!(lc(e[1].location.as_ref().unwrap()), (5, 1));
+    }
+
+    #[test]
+    fn syntax_errors_have_positions() {
+        let e = parse("bad.yaml", "a: 1\nb:\n\tc: 2\n").unwrap_err();
+        assert_eq!(e[0].location.as_ref().unwrap().to_string(), "bad.yaml:3:2");
+        assert!(e[0].message.starts_with("YAML syntax error"), "{}", e[0].message);
+        let e = parse("bad.yaml", "a: *nope\n").unwrap_err();
+        assert_eq!(lc(e[0].location.as_ref().unwrap()), (1, 4));
+        let e = parse("bad.yaml", "a: 1\n---\nb: 2\n").unwrap_err();
+        assert_eq!(lc(e[0].location.as_ref().unwrap()), (2, 1));
+        let e = parse("bad.yaml", "[a, b]: 1\n").unwrap_err();
+        assert_eq!(lc(e[0].location.as_ref().unwrap()), (1, 1));
+    }
+
+    #[test]
+    fn empty_document_is_null_and_laughs_are_bounded() {
+        assert_eq!(parse("f", "# nothing\n").unwrap().kind, NodeKind::Null);
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..8 {
+            let p = i - 1;
+            text.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        let e = parse("f", &text).unwrap_err();
+        assert!(e[0].message.contains("too large"), "{}", e[0].message);
+    }
 }

@@ -1,1 +1,3 @@
 //! Built-in extensions.
+
+pub mod health_check;

@@ -1,0 +1,392 @@
+//! Processor `batch`: groups items into batches by size or time before they go downstream.
+//!
+//! Data is accepted into a buffer; when the buffer holds `send_batch_size` items it is sent at
+//! once (split at `send_batch_max_size`), otherwise after `timeout`. Unlike otelcol's batch
+//! processor it never drops what it accepted: when downstream refuses (a full exporter queue),
+//! the batch goes back to the front of the buffer and is retried on the next tick, and new
+//! data is refused (retryable) only while the buffer is over its cap.
+
+use async_trait::async_trait;
+use inferwatch_core::component::{
+    parse_config, ComponentError, CreateContext, FieldError, Node, NodeRef, ProcessorFactory,
+};
+use inferwatch_core::consumer::{ConsumeError, Consumer, ConsumerRef, RefuseReason};
+use inferwatch_core::pdata::{Payload, Signal};
+use inferwatch_core::settings::GoDuration;
+use inferwatch_core::telemetry::ProcessorMetrics;
+use parking_lot::Mutex;
+use serde::Deserialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Settings of `batch` (otelcol's keys and defaults).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchConfig {
+    /// Items that trigger sending a batch at once (default 8192).
+    pub send_batch_size: usize,
+    /// Upper bound of one batch; 0 = no bound (default 0).
+    pub send_batch_max_size: usize,
+    /// Longest time an item waits before its batch is sent (default 200ms; 0 = send at once).
+    pub timeout: GoDuration,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig { send_batch_size: 8192, send_batch_max_size: 0, timeout: GoDuration(Duration::from_millis(200)) }
+    }
+}
+
+impl BatchConfig {
+    fn check(&self) -> Result<(), FieldError> {
+        if self.send_batch_max_size > 0 && self.send_batch_max_size < self.send_batch_size {
+            return Err(FieldError::at(
+                "send_batch_max_size",
+                "must be greater than or equal to send_batch_size (or 0 for no limit)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Items buffered at most before new data is refused.
+    fn hold_cap(&self) -> usize {
+        4 * self.send_batch_size.max(self.send_batch_max_size).max(1)
+    }
+}
+
+/// Factory of `batch`.
+pub struct BatchFactory;
+
+impl ProcessorFactory for BatchFactory {
+    fn type_name(&self) -> &'static str {
+        "batch"
+    }
+    fn signals(&self) -> &'static [Signal] {
+        &Signal::ALL
+    }
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        parse_config::<BatchConfig>(cfg)?.check()
+    }
+    fn create(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+        next: ConsumerRef,
+    ) -> Result<NodeRef, ComponentError> {
+        let config: BatchConfig = parse_config(cfg)?;
+        config.check()?;
+        Ok(Arc::new(Batch::new(config, signal, next, ctx.telemetry.processor(&ctx.id, signal), ctx.id.to_string())))
+    }
+}
+
+struct Buffer {
+    pending: Payload,
+    items: usize,
+    /// When the oldest buffered item arrived.
+    since: Option<Instant>,
+}
+
+/// The running processor.
+pub struct Batch {
+    inner: Arc<Inner>,
+    stop: CancellationToken,
+    timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// State shared by the processor and its timer task.
+struct Inner {
+    config: BatchConfig,
+    signal: Signal,
+    name: String,
+    next: ConsumerRef,
+    buf: Mutex<Buffer>,
+    metrics: ProcessorMetrics,
+}
+
+/// Outcome of one flush attempt.
+enum Flush {
+    /// Everything taken was delivered (or permanently rejected and counted).
+    Done,
+    /// Downstream refused; the rest was put back.
+    Refused,
+}
+
+impl Batch {
+    /// Builds a batch processor in front of `next`.
+    pub fn new(config: BatchConfig, signal: Signal, next: ConsumerRef, metrics: ProcessorMetrics, name: String) -> Self {
+        let inner = Inner {
+            config,
+            signal,
+            name,
+            next,
+            buf: Mutex::new(Buffer { pending: Payload::empty(signal), items: 0, since: None }),
+            metrics,
+        };
+        Batch { inner: Arc::new(inner), stop: CancellationToken::new(), timer: Mutex::new(None) }
+    }
+}
+
+impl Inner {
+    fn max_size(&self) -> usize {
+        if self.config.send_batch_max_size > 0 { self.config.send_batch_max_size } else { usize::MAX }
+    }
+
+    /// Takes up to one batch from the buffer when `force` or when it is full enough.
+    fn take_batch(&self, force: bool) -> Option<Payload> {
+        let mut b = self.buf.lock();
+        if b.items == 0 || (!force && b.items < self.config.send_batch_size) {
+            return None;
+        }
+        let take = b.items.min(self.max_size());
+        let batch = if take >= b.items {
+            b.items = 0;
+            b.since = None;
+            std::mem::replace(&mut b.pending, Payload::empty(self.signal))
+        } else {
+            let part = b.pending.split_off_front(take);
+            b.items = b.pending.item_count();
+            part
+        };
+        Some(batch)
+    }
+
+    /// Puts a refused batch back at the front of the buffer.
+    fn put_back(&self, mut batch: Payload) {
+        let mut b = self.buf.lock();
+        let rest = std::mem::replace(&mut b.pending, Payload::empty(self.signal));
+        // Same signal by construction, so append cannot fail; keep both halves regardless.
+        if let Err(rest) = batch.append(rest) {
+            tracing::error!(processor = %self.name, "signal mismatch in batch buffer");
+            let _ = batch.append(rest);
+        }
+        b.items = batch.item_count();
+        b.pending = batch;
+        b.since.get_or_insert_with(Instant::now);
+    }
+
+    /// Sends batches while the buffer is full enough (`force`: everything).
+    async fn flush(&self, force: bool) -> Flush {
+        while let Some(batch) = self.take_batch(force) {
+            let n = batch.item_count();
+            match self.next.consume(batch.clone()).await {
+                Ok(()) => {}
+                Err(ConsumeError::Permanent(msg)) => {
+                    self.metrics.dropped.inc_by(n as u64);
+                    tracing::error!(processor = %self.name, items = n, error = %msg, "downstream rejected a batch permanently; dropped");
+                }
+                Err(ConsumeError::Refused { .. }) => {
+                    self.put_back(batch);
+                    return Flush::Refused;
+                }
+            }
+        }
+        Flush::Done
+    }
+
+    async fn tick(&self) {
+        let due = {
+            let b = self.buf.lock();
+            b.since.is_some_and(|s| s.elapsed() >= self.config.timeout.0)
+        };
+        if due {
+            let _ = self.flush(true).await;
+        }
+    }
+}
+
+#[async_trait]
+impl Consumer for Batch {
+    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
+        let me = &self.inner;
+        let n = data.item_count();
+        if n == 0 {
+            return Ok(());
+        }
+        {
+            let mut b = me.buf.lock();
+            if b.items > 0 && b.items + n > me.config.hold_cap() {
+                drop(b);
+                me.metrics.refused.inc_by(n as u64);
+                return Err(ConsumeError::refused(
+                    RefuseReason::QueueFull,
+                    Some(Duration::from_secs(1)),
+                    format!("batch processor {} buffer is full (downstream is not keeping up)", me.name),
+                ));
+            }
+            if let Err(other) = b.pending.append(data) {
+                return Err(ConsumeError::Permanent(format!("expected {} data, got {}", me.signal, other.signal())));
+            }
+            b.items += n;
+            b.since.get_or_insert_with(Instant::now);
+        }
+        // Accepted. Send now if the buffer is full enough (or batching by time is off);
+        // a refusal keeps the data buffered for the timer to retry.
+        let _ = me.flush(me.config.timeout.0.is_zero()).await;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Node for Batch {
+    async fn start(&self) -> Result<(), ComponentError> {
+        let t = self.inner.config.timeout.0;
+        let period = if t.is_zero() { Duration::from_millis(100) } else { (t / 4).max(Duration::from_millis(1)) };
+        let (inner, stop) = (self.inner.clone(), self.stop.clone());
+        let h = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => inner.tick().await,
+                    _ = stop.cancelled() => break,
+                }
+            }
+        });
+        *self.timer.lock() = Some(h);
+        Ok(())
+    }
+
+    async fn shutdown(&self, deadline: Instant) -> u64 {
+        self.stop.cancel();
+        let timer = self.timer.lock().take();
+        if let Some(h) = timer {
+            let _ = h.await;
+        }
+        let me = &self.inner;
+        loop {
+            match me.flush(true).await {
+                Flush::Done => return 0,
+                Flush::Refused => {
+                    if Instant::now() + Duration::from_millis(50) >= deadline {
+                        let left = me.buf.lock().items as u64;
+                        me.metrics.dropped.inc_by(left);
+                        tracing::warn!(processor = %me.name, items = left, "shutdown timeout: batch buffer not delivered");
+                        return left;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use inferwatch_core::component::ComponentId;
+    use inferwatch_core::telemetry::Telemetry;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn spans(from: usize, n: usize) -> Payload {
+        Payload::Traces(ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: (from..from + n).map(|i| Span { name: i.to_string(), ..Default::default() }).collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        })
+    }
+
+    fn names(p: &Payload) -> Vec<usize> {
+        let Payload::Traces(r) = p else { return vec![] };
+        r.resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .filter_map(|s| s.name.parse().ok())
+            .collect()
+    }
+
+    /// Collects batches; refuses while `refuse` is set.
+    #[derive(Default)]
+    struct Sink {
+        got: Mutex<Vec<Payload>>,
+        refuse: AtomicBool,
+        notify: tokio::sync::Notify,
+    }
+    #[async_trait]
+    impl Consumer for Sink {
+        async fn consume(&self, d: Payload) -> Result<(), ConsumeError> {
+            if self.refuse.load(Ordering::SeqCst) {
+                return Err(ConsumeError::refused(RefuseReason::QueueFull, None, "full"));
+            }
+            self.got.lock().push(d);
+            self.notify.notify_waiters();
+            Ok(())
+        }
+    }
+
+    fn batch(cfg: BatchConfig, sink: Arc<Sink>) -> Batch {
+        let t = Telemetry::new();
+        let id = ComponentId::parse("batch").unwrap();
+        Batch::new(cfg, Signal::Traces, sink, t.processor(&id, Signal::Traces), "batch".into())
+    }
+
+    #[tokio::test]
+    async fn sends_full_batches_split_at_max() {
+        let sink = Arc::new(Sink::default());
+        let cfg = BatchConfig { send_batch_size: 10, send_batch_max_size: 15, timeout: GoDuration(Duration::from_secs(3600)) };
+        let b = batch(cfg, sink.clone());
+        b.consume(spans(0, 6)).await.unwrap();
+        assert!(sink.got.lock().is_empty());
+        b.consume(spans(6, 30)).await.unwrap();
+        let got = sink.got.lock().clone();
+        let sizes: Vec<usize> = got.iter().map(Payload::item_count).collect();
+        assert_eq!(sizes, vec![15, 15]);
+        assert_eq!(b.shutdown(Instant::now() + Duration::from_secs(1)).await, 0);
+        let all: Vec<usize> = sink.got.lock().iter().flat_map(names).collect();
+        assert_eq!(all, (0..36).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn timeout_flushes_partial_batch() {
+        let sink = Arc::new(Sink::default());
+        let cfg = BatchConfig { send_batch_size: 1000, send_batch_max_size: 0, timeout: GoDuration(Duration::from_millis(20)) };
+        let b = batch(cfg, sink.clone());
+        b.start().await.unwrap();
+        let waiter = sink.notify.notified();
+        b.consume(spans(0, 3)).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap();
+        assert_eq!(sink.got.lock()[0].item_count(), 3);
+        b.shutdown(Instant::now() + Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn refusal_keeps_data_then_refuses_new_data_when_full() {
+        let sink = Arc::new(Sink::default());
+        sink.refuse.store(true, Ordering::SeqCst);
+        let cfg = BatchConfig { send_batch_size: 10, send_batch_max_size: 0, timeout: GoDuration(Duration::from_secs(3600)) };
+        let b = batch(cfg, sink.clone());
+        // hold cap is 40 items: accepted while buffered, then refused.
+        for i in 0..4 {
+            b.consume(spans(i * 10, 10)).await.unwrap();
+        }
+        let e = b.consume(spans(40, 10)).await.unwrap_err();
+        assert!(e.is_retryable());
+        sink.refuse.store(false, Ordering::SeqCst);
+        assert_eq!(b.shutdown(Instant::now() + Duration::from_secs(1)).await, 0);
+        let all: Vec<usize> = sink.got.lock().iter().flat_map(names).collect();
+        assert_eq!(all, (0..40).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn shutdown_counts_what_cannot_be_delivered() {
+        let sink = Arc::new(Sink::default());
+        sink.refuse.store(true, Ordering::SeqCst);
+        let b = batch(BatchConfig::default(), sink);
+        b.consume(spans(0, 5)).await.unwrap();
+        assert_eq!(b.shutdown(Instant::now() + Duration::from_millis(100)).await, 5);
+    }
+
+    #[test]
+    fn max_below_size_is_rejected() {
+        let e = BatchFactory.validate(&serde_json::json!({"send_batch_size": 100, "send_batch_max_size": 10})).unwrap_err();
+        assert_eq!(e.path, vec![inferwatch_core::component::PathSeg::Key("send_batch_max_size".into())]);
+    }
+}

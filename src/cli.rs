@@ -1,0 +1,54 @@
+//! Command-line interface (clap) and logging setup.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// inferwatch: an OpenTelemetry-Collector-style telemetry agent for LLM inference services.
+#[derive(Debug, Parser)]
+#[command(name = "inferwatch", version, about, long_about = None)]
+pub struct Cli {
+    /// Log level: error, warn, info, debug, trace (or a tracing filter such as `inferwatch=debug`).
+    #[arg(long, global = true, env = "INFERWATCH_LOG")]
+    pub log_level: Option<String>,
+    /// What to do (default: run).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent on a pipeline configuration.
+    Run(ConfigArgs),
+    /// Check a configuration and list every error (exit 0 when valid, 2 otherwise).
+    Validate(ConfigArgs),
+    /// List every component type with the signals it takes.
+    Components,
+}
+
+impl Default for Command {
+    fn default() -> Self {
+        Command::Run(ConfigArgs { config: vec![PathBuf::from("pipeline.yaml")] })
+    }
+}
+
+/// Options naming the configuration files.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// Configuration file; repeat to merge later files over earlier ones.
+    #[arg(long, short = 'c', default_value = "pipeline.yaml")]
+    pub config: Vec<PathBuf>,
+}
+
+/// Sets up `tracing` output on stderr.
+pub fn init_logging(level: Option<&str>) {
+    let filter = level
+        .map(str::to_string)
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| "info".to_string());
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        eprintln!("invalid --log-level {filter:?}: {e}; using info");
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}

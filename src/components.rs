@@ -1,0 +1,14 @@
+//! The table of every component built into this binary.
+
+use inferwatch_core::registry::Registry;
+use std::sync::Arc;
+
+/// All receivers, processors, exporters, connectors and extensions.
+pub fn registry() -> Registry {
+    let mut r = Registry::new();
+    inferwatch_receivers::register(&mut r);
+    inferwatch_processors::register(&mut r);
+    inferwatch_exporters::register(&mut r);
+    r.add_extension(Arc::new(inferwatch_core::extension::health_check::HealthCheckFactory));
+    r
+}

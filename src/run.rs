@@ -1,0 +1,137 @@
+//! `run`, `validate` and `components`: loading, checking and running a configuration.
+
+use crate::components::registry;
+use anyhow::Context;
+use inferwatch_core::config::{self, Config, ConfigError};
+use inferwatch_core::graph::Service;
+use inferwatch_core::telemetry::Telemetry;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Exit code for an invalid configuration.
+const EXIT_CONFIG: u8 = 2;
+
+/// Loads and validates; prints every error.
+fn load_checked(paths: &[PathBuf]) -> Result<Config, Vec<ConfigError>> {
+    let cfg = config::load(paths)?;
+    let errors = config::validate(&cfg, &registry());
+    if errors.is_empty() { Ok(cfg) } else { Err(errors) }
+}
+
+fn report(errors: &[ConfigError]) {
+    eprintln!("error: invalid configuration ({} error{}):", errors.len(), if errors.len() == 1 { "" } else { "s" });
+    for e in errors {
+        eprintln!("  {e}");
+    }
+}
+
+/// `inferwatch validate`.
+pub fn validate(paths: &[PathBuf]) -> ExitCode {
+    match load_checked(paths) {
+        Ok(cfg) => {
+            let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+            println!(
+                "configuration is valid: {} ({} pipelines, {} receivers, {} processors, {} exporters, {} connectors, {} extensions)",
+                names.join(", "),
+                cfg.service.pipelines.len(),
+                cfg.receivers.len(),
+                cfg.processors.len(),
+                cfg.exporters.len(),
+                cfg.connectors.len(),
+                cfg.extensions.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            report(&errors);
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
+}
+
+/// `inferwatch components`.
+pub fn print_components() {
+    println!("{:<10} {:<20} signals", "kind", "type");
+    for c in registry().describe() {
+        println!("{:<10} {:<20} {}", c.kind.singular(), c.type_name, c.signals.join(", "));
+    }
+}
+
+/// `inferwatch run`.
+pub fn run(paths: &[PathBuf]) -> ExitCode {
+    let cfg = match load_checked(paths) {
+        Ok(c) => c,
+        Err(errors) => {
+            report(&errors);
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("inferwatch").build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(serve(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(cfg: Config) -> anyhow::Result<()> {
+    let telemetry = Arc::new(Telemetry::new());
+    let stop_telemetry = CancellationToken::new();
+    if let Some(addr) = &cfg.service.telemetry.metrics_address {
+        let local = telemetry
+            .clone()
+            .serve(addr, stop_telemetry.clone())
+            .await
+            .with_context(|| format!("cannot serve self-metrics on {addr}"))?;
+        tracing::info!(address = %local, "self-metrics on http://{local}/metrics");
+    }
+    let mut service = Service::build(&cfg, &registry(), telemetry.clone()).context("cannot build the pipelines")?;
+    if let Err(e) = service.start().await {
+        tracing::error!(error = %e, "start failed; shutting down");
+        service.shutdown(cfg.service.shutdown_timeout).await;
+        return Err(anyhow::Error::new(e).context("cannot start the pipelines"));
+    }
+    wait_for_signal().await;
+    tracing::info!(timeout = ?cfg.service.shutdown_timeout, "shutting down: receivers first, then draining");
+    let report = service.shutdown(cfg.service.shutdown_timeout).await;
+    stop_telemetry.cancel();
+    if report.undelivered > 0 {
+        tracing::warn!(items = report.undelivered, "shutdown finished; some accepted items could not be delivered");
+    } else {
+        tracing::info!("shutdown complete; everything accepted was delivered");
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => tracing::info!("received SIGTERM"),
+                    _ = tokio::signal::ctrl_c() => tracing::info!("received interrupt"),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; waiting for Ctrl-C only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
