@@ -109,11 +109,7 @@ pub struct FieldError {
 impl FieldError {
     /// An error at `path` (dotted keys, e.g. `protocols.grpc.endpoint`).
     pub fn at(path: &str, message: impl Into<String>) -> Self {
-        let path = path
-            .split('.')
-            .filter(|s| !s.is_empty())
-            .map(|s| PathSeg::Key(s.to_string()))
-            .collect();
+        let path = path.split('.').filter(|s| !s.is_empty()).map(|s| PathSeg::Key(s.to_string())).collect();
         FieldError { path, message: message.into() }
     }
 }

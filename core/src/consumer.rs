@@ -76,10 +76,10 @@ impl Fanout {
 
     /// Returns a single consumer for a list: the consumer itself when there is one.
     pub fn wrap(mut consumers: Vec<ConsumerRef>) -> ConsumerRef {
-        if consumers.len() == 1 {
-            if let Some(c) = consumers.pop() {
-                return c;
-            }
+        if consumers.len() == 1
+            && let Some(c) = consumers.pop()
+        {
+            return c;
         }
         Arc::new(Fanout::new(consumers))
     }
@@ -131,10 +131,8 @@ mod tests {
     #[tokio::test]
     async fn fanout_delivers_to_all_and_reports_refusal() {
         let ok = Arc::new(Count(AtomicUsize::new(0), None));
-        let bad = Arc::new(Count(
-            AtomicUsize::new(0),
-            Some(ConsumeError::refused(RefuseReason::QueueFull, None, "full")),
-        ));
+        let bad =
+            Arc::new(Count(AtomicUsize::new(0), Some(ConsumeError::refused(RefuseReason::QueueFull, None, "full"))));
         let f = Fanout::new(vec![bad.clone(), ok.clone()]);
         let r = f.consume(Payload::empty(Signal::Traces)).await;
         assert!(matches!(r, Err(ConsumeError::Refused { reason: RefuseReason::QueueFull, .. })));

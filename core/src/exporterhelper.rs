@@ -307,7 +307,14 @@ mod tests {
         let t = Telemetry::new();
         let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
         let s = Arc::new(Flaky { calls: AtomicUsize::new(0), fail_first: 3, permanent: false });
-        let e = QueuedExporter::new("x".into(), Signal::Traces, s.clone(), m.clone(), QueueSettings::default(), fast_retry());
+        let e = QueuedExporter::new(
+            "x".into(),
+            Signal::Traces,
+            s.clone(),
+            m.clone(),
+            QueueSettings::default(),
+            fast_retry(),
+        );
         e.start().await.unwrap();
         e.consume(spans(5)).await.unwrap();
         let dropped = e.shutdown(Instant::now() + Duration::from_secs(5)).await;
@@ -322,7 +329,14 @@ mod tests {
         let t = Telemetry::new();
         let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
         let s = Arc::new(Flaky { calls: AtomicUsize::new(0), fail_first: 100, permanent: true });
-        let e = QueuedExporter::new("x".into(), Signal::Traces, s.clone(), m.clone(), QueueSettings::default(), fast_retry());
+        let e = QueuedExporter::new(
+            "x".into(),
+            Signal::Traces,
+            s.clone(),
+            m.clone(),
+            QueueSettings::default(),
+            fast_retry(),
+        );
         e.start().await.unwrap();
         e.consume(spans(3)).await.unwrap();
         e.shutdown(Instant::now() + Duration::from_secs(5)).await;

@@ -13,8 +13,8 @@ use crate::pdata::Signal;
 use crate::registry::Registry;
 use crate::telemetry::Telemetry;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Tells whether every pipeline is running (read by the health check).
@@ -115,9 +115,10 @@ impl<'a> Builder<'a> {
                 let node = match self.exporters.get(&key) {
                     Some(n) => n.clone(),
                     None => {
-                        let f = self.registry.exporter(&eid.type_name).ok_or_else(|| {
-                            gerr("exporter", eid, ComponentError::Start("unknown type".into()))
-                        })?;
+                        let f = self
+                            .registry
+                            .exporter(&eid.type_name)
+                            .ok_or_else(|| gerr("exporter", eid, ComponentError::Start("unknown type".into())))?;
                         let n = f.create(self.ctx(eid), &cfg.settings, signal).map_err(|e| gerr("exporter", eid, e))?;
                         self.exporters.insert(key, n.clone());
                         self.nodes.push((format!("exporter {eid} ({signal})"), n.clone()));
@@ -145,9 +146,10 @@ impl<'a> Builder<'a> {
                     let node = match self.connectors.get(&key) {
                         Some(n) => n.clone(),
                         None => {
-                            let f = self.registry.connector(&eid.type_name).ok_or_else(|| {
-                                gerr("connector", eid, ComponentError::Start("unknown type".into()))
-                            })?;
+                            let f = self
+                                .registry
+                                .connector(&eid.type_name)
+                                .ok_or_else(|| gerr("connector", eid, ComponentError::Start("unknown type".into())))?;
                             let n = f
                                 .create(self.ctx(eid), &cfg.settings, signal, to, Fanout::wrap(consumers))
                                 .map_err(|e| gerr("connector", eid, e))?;
@@ -162,9 +164,11 @@ impl<'a> Builder<'a> {
         }
         let mut next = Fanout::wrap(outs);
         for (prid, _) in p.processors.iter().rev() {
-            let cfg = self.config.processors.get(prid).ok_or_else(|| {
-                gerr("processor", prid, ComponentError::Start("not defined".into()))
-            })?;
+            let cfg = self
+                .config
+                .processors
+                .get(prid)
+                .ok_or_else(|| gerr("processor", prid, ComponentError::Start("not defined".into())))?;
             let f = self
                 .registry
                 .processor(&prid.type_name)
@@ -246,7 +250,11 @@ impl Service {
             r.start(rc.clone()).await.map_err(|e| gerr("receiver", id, e))?;
         }
         self.status.set_running(true);
-        tracing::info!(receivers = self.receivers.len(), nodes = self.nodes.len(), "everything is ready; pipelines running");
+        tracing::info!(
+            receivers = self.receivers.len(),
+            nodes = self.nodes.len(),
+            "everything is ready; pipelines running"
+        );
         Ok(())
     }
 

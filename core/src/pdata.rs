@@ -3,8 +3,8 @@
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::Metric;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use std::fmt;
 
 /// The three OTLP signal types a pipeline carries.
@@ -90,12 +90,9 @@ impl Payload {
     /// Number of items: spans, metric data points or log records.
     pub fn item_count(&self) -> usize {
         match self {
-            Payload::Traces(r) => r
-                .resource_spans
-                .iter()
-                .flat_map(|rs| rs.scope_spans.iter())
-                .map(|ss| ss.spans.len())
-                .sum(),
+            Payload::Traces(r) => {
+                r.resource_spans.iter().flat_map(|rs| rs.scope_spans.iter()).map(|ss| ss.spans.len()).sum()
+            }
             Payload::Metrics(r) => r
                 .resource_metrics
                 .iter()
@@ -103,12 +100,9 @@ impl Payload {
                 .flat_map(|sm| sm.metrics.iter())
                 .map(metric_point_count)
                 .sum(),
-            Payload::Logs(r) => r
-                .resource_logs
-                .iter()
-                .flat_map(|rl| rl.scope_logs.iter())
-                .map(|sl| sl.log_records.len())
-                .sum(),
+            Payload::Logs(r) => {
+                r.resource_logs.iter().flat_map(|rl| rl.scope_logs.iter()).map(|sl| sl.log_records.len()).sum()
+            }
         }
     }
 
@@ -208,11 +202,7 @@ mod split {
             scope_spans: Vec::new(),
             schema_url: r.schema_url.clone(),
         },
-        shell_s: |s| ScopeSpans {
-            scope: s.scope.clone(),
-            spans: Vec::new(),
-            schema_url: s.schema_url.clone(),
-        },
+        shell_s: |s| ScopeSpans { scope: s.scope.clone(), spans: Vec::new(), schema_url: s.schema_url.clone() },
     };
 
     pub const METRICS: Shape<ResourceMetrics, ScopeMetrics, Metric> = Shape {
@@ -224,11 +214,7 @@ mod split {
             scope_metrics: Vec::new(),
             schema_url: r.schema_url.clone(),
         },
-        shell_s: |s| ScopeMetrics {
-            scope: s.scope.clone(),
-            metrics: Vec::new(),
-            schema_url: s.schema_url.clone(),
-        },
+        shell_s: |s| ScopeMetrics { scope: s.scope.clone(), metrics: Vec::new(), schema_url: s.schema_url.clone() },
     };
 
     pub const LOGS: Shape<ResourceLogs, ScopeLogs, LogRecord> = Shape {
@@ -240,11 +226,7 @@ mod split {
             scope_logs: Vec::new(),
             schema_url: r.schema_url.clone(),
         },
-        shell_s: |s| ScopeLogs {
-            scope: s.scope.clone(),
-            log_records: Vec::new(),
-            schema_url: s.schema_url.clone(),
-        },
+        shell_s: |s| ScopeLogs { scope: s.scope.clone(), log_records: Vec::new(), schema_url: s.schema_url.clone() },
     };
 
     /// Moves up to `n` items (by weight) from the front of `src` into a new vector.
@@ -253,10 +235,8 @@ mod split {
         let mut left = n;
         while left > 0 && !src.is_empty() {
             let r = &mut src[0];
-            let total: usize = (shape.scopes)(r)
-                .iter_mut()
-                .map(|s| (shape.items)(s).iter().map(shape.weight).sum::<usize>())
-                .sum();
+            let total: usize =
+                (shape.scopes)(r).iter_mut().map(|s| (shape.items)(s).iter().map(shape.weight).sum::<usize>()).sum();
             if total <= left {
                 left -= total;
                 out.push(src.remove(0));

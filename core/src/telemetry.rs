@@ -7,8 +7,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 type Labels = Vec<(String, String)>;
 type CounterFamily = Family<Labels, Counter>;
@@ -123,11 +123,15 @@ impl Telemetry {
             PerSignal::register(&mut r, "otelcol_receiver_accepted", "Items successfully pushed into the pipeline");
         let receiver_refused =
             PerSignal::register(&mut r, "otelcol_receiver_refused", "Items that could not be pushed into the pipeline");
-        let exporter_sent = PerSignal::register(&mut r, "otelcol_exporter_sent", "Items successfully sent to destination");
+        let exporter_sent =
+            PerSignal::register(&mut r, "otelcol_exporter_sent", "Items successfully sent to destination");
         let exporter_send_failed =
             PerSignal::register(&mut r, "otelcol_exporter_send_failed", "Items the exporter failed to send");
-        let exporter_enqueue_failed =
-            PerSignal::register(&mut r, "otelcol_exporter_enqueue_failed", "Items that failed to be added to the sending queue");
+        let exporter_enqueue_failed = PerSignal::register(
+            &mut r,
+            "otelcol_exporter_enqueue_failed",
+            "Items that failed to be added to the sending queue",
+        );
         let exporter_shutdown_dropped = PerSignal::register(
             &mut r,
             "inferwatch_exporter_shutdown_dropped",
@@ -140,9 +144,17 @@ impl Telemetry {
         let queue_size = GaugeFamily::default();
         r.register("otelcol_exporter_queue_size", "Current size of the retry queue (in batches)", queue_size.clone());
         let queue_capacity = GaugeFamily::default();
-        r.register("otelcol_exporter_queue_capacity", "Fixed capacity of the retry queue (in batches)", queue_capacity.clone());
+        r.register(
+            "otelcol_exporter_queue_capacity",
+            "Fixed capacity of the retry queue (in batches)",
+            queue_capacity.clone(),
+        );
         let process_rss = Gauge::default();
-        r.register("otelcol_process_memory_rss", "Total physical memory (resident set size) in bytes", process_rss.clone());
+        r.register(
+            "otelcol_process_memory_rss",
+            "Total physical memory (resident set size) in bytes",
+            process_rss.clone(),
+        );
         let process_cpu = Counter::<f64, AtomicU64>::default();
         r.register("otelcol_process_cpu_seconds", "Total CPU user and system time in seconds", process_cpu.clone());
         let process_uptime = Counter::<f64, AtomicU64>::default();
@@ -204,7 +216,10 @@ impl Telemetry {
     /// Handles for one processor and signal.
     pub fn processor(&self, id: &ComponentId, signal: Signal) -> ProcessorMetrics {
         let l: Labels = vec![("processor".into(), id.to_string())];
-        ProcessorMetrics { refused: self.processor_refused.get(signal, &l), dropped: self.processor_dropped.get(signal, &l) }
+        ProcessorMetrics {
+            refused: self.processor_refused.get(signal, &l),
+            dropped: self.processor_dropped.get(signal, &l),
+        }
     }
 
     /// Renders every metric in the OpenMetrics text format.
@@ -241,15 +256,16 @@ impl Telemetry {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let t = self.clone();
-        let app = axum::Router::new().route(
-            "/metrics",
-            get(move || {
-                let t = t.clone();
-                async move {
-                    ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], t.render())
-                }
-            }),
-        );
+        let app =
+            axum::Router::new().route(
+                "/metrics",
+                get(move || {
+                    let t = t.clone();
+                    async move {
+                        ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], t.render())
+                    }
+                }),
+            );
         tokio::spawn(async move {
             let r = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
             if let Err(e) = r {
@@ -304,8 +320,14 @@ mod tests {
         let e = t.exporter(&ComponentId::parse("otlp/b").unwrap(), Signal::Logs);
         e.queue_capacity.set(1000);
         let text = t.render();
-        assert!(text.contains("otelcol_receiver_accepted_spans_total{receiver=\"otlp\",transport=\"grpc\"} 7"), "{text}");
-        assert!(text.contains("otelcol_exporter_queue_capacity{exporter=\"otlp/b\",data_type=\"logs\"} 1000"), "{text}");
+        assert!(
+            text.contains("otelcol_receiver_accepted_spans_total{receiver=\"otlp\",transport=\"grpc\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("otelcol_exporter_queue_capacity{exporter=\"otlp/b\",data_type=\"logs\"} 1000"),
+            "{text}"
+        );
         assert!(text.contains("otelcol_process_memory_rss "), "{text}");
     }
 }

@@ -8,7 +8,7 @@
 
 use async_trait::async_trait;
 use inferwatch_core::component::{
-    parse_config, ComponentError, CreateContext, FieldError, Node, NodeRef, ProcessorFactory,
+    ComponentError, CreateContext, FieldError, Node, NodeRef, ProcessorFactory, parse_config,
 };
 use inferwatch_core::consumer::{ConsumeError, Consumer, ConsumerRef, RefuseReason};
 use inferwatch_core::pdata::{Payload, Signal};
@@ -115,7 +115,13 @@ enum Flush {
 
 impl Batch {
     /// Builds a batch processor in front of `next`.
-    pub fn new(config: BatchConfig, signal: Signal, next: ConsumerRef, metrics: ProcessorMetrics, name: String) -> Self {
+    pub fn new(
+        config: BatchConfig,
+        signal: Signal,
+        next: ConsumerRef,
+        metrics: ProcessorMetrics,
+        name: String,
+    ) -> Self {
         let inner = Inner {
             config,
             signal,
@@ -331,7 +337,11 @@ mod tests {
     #[tokio::test]
     async fn sends_full_batches_split_at_max() {
         let sink = Arc::new(Sink::default());
-        let cfg = BatchConfig { send_batch_size: 10, send_batch_max_size: 15, timeout: GoDuration(Duration::from_secs(3600)) };
+        let cfg = BatchConfig {
+            send_batch_size: 10,
+            send_batch_max_size: 15,
+            timeout: GoDuration(Duration::from_secs(3600)),
+        };
         let b = batch(cfg, sink.clone());
         b.consume(spans(0, 6)).await.unwrap();
         assert!(sink.got.lock().is_empty());
@@ -347,7 +357,11 @@ mod tests {
     #[tokio::test]
     async fn timeout_flushes_partial_batch() {
         let sink = Arc::new(Sink::default());
-        let cfg = BatchConfig { send_batch_size: 1000, send_batch_max_size: 0, timeout: GoDuration(Duration::from_millis(20)) };
+        let cfg = BatchConfig {
+            send_batch_size: 1000,
+            send_batch_max_size: 0,
+            timeout: GoDuration(Duration::from_millis(20)),
+        };
         let b = batch(cfg, sink.clone());
         b.start().await.unwrap();
         let waiter = sink.notify.notified();
@@ -361,7 +375,8 @@ mod tests {
     async fn refusal_keeps_data_then_refuses_new_data_when_full() {
         let sink = Arc::new(Sink::default());
         sink.refuse.store(true, Ordering::SeqCst);
-        let cfg = BatchConfig { send_batch_size: 10, send_batch_max_size: 0, timeout: GoDuration(Duration::from_secs(3600)) };
+        let cfg =
+            BatchConfig { send_batch_size: 10, send_batch_max_size: 0, timeout: GoDuration(Duration::from_secs(3600)) };
         let b = batch(cfg, sink.clone());
         // hold cap is 40 items: accepted while buffered, then refused.
         for i in 0..4 {
@@ -386,7 +401,8 @@ mod tests {
 
     #[test]
     fn max_below_size_is_rejected() {
-        let e = BatchFactory.validate(&serde_json::json!({"send_batch_size": 100, "send_batch_max_size": 10})).unwrap_err();
+        let e =
+            BatchFactory.validate(&serde_json::json!({"send_batch_size": 100, "send_batch_max_size": 10})).unwrap_err();
         assert_eq!(e.path, vec![inferwatch_core::component::PathSeg::Key("send_batch_max_size".into())]);
     }
 }

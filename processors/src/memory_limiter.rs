@@ -8,15 +8,15 @@
 
 use async_trait::async_trait;
 use inferwatch_core::component::{
-    parse_config, ComponentError, CreateContext, FieldError, Node, NodeRef, ProcessorFactory,
+    ComponentError, CreateContext, FieldError, Node, NodeRef, ProcessorFactory, parse_config,
 };
 use inferwatch_core::consumer::{ConsumeError, Consumer, ConsumerRef, RefuseReason};
 use inferwatch_core::pdata::{Payload, Signal};
 use inferwatch_core::settings::GoDuration;
-use inferwatch_core::telemetry::{process, ProcessorMetrics};
+use inferwatch_core::telemetry::{ProcessorMetrics, process};
 use serde::Deserialize;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
@@ -265,8 +265,12 @@ mod tests {
         MemoryLimiter {
             id: id.to_string(),
             next: Arc::new(Sink),
-            limits: MemoryLimiterConfig { check_interval: GoDuration(Duration::from_secs(1)), limit_mib: 100, ..Default::default() }
-                .limits(),
+            limits: MemoryLimiterConfig {
+                check_interval: GoDuration(Duration::from_secs(1)),
+                limit_mib: 100,
+                ..Default::default()
+            }
+            .limits(),
             interval: Duration::from_secs(1),
             state: Arc::new(State { refusing: AtomicBool::new(false), last_rss: AtomicU64::new(0) }),
             metrics: t.processor(&id, Signal::Traces),
@@ -299,8 +303,14 @@ mod tests {
         let e = f.validate(&serde_json::json!({"limit_mib": 512})).unwrap_err();
         assert_eq!(e.path, vec![inferwatch_core::component::PathSeg::Key("check_interval".into())]);
         assert!(f.validate(&serde_json::json!({"check_interval": "1s"})).is_err());
-        assert!(f.validate(&serde_json::json!({"check_interval": "1s", "limit_mib": 100, "spike_limit_mib": 100})).is_err());
-        let p = MemoryLimiterConfig { check_interval: GoDuration(Duration::from_secs(1)), limit_percentage: 50, ..Default::default() };
+        assert!(
+            f.validate(&serde_json::json!({"check_interval": "1s", "limit_mib": 100, "spike_limit_mib": 100})).is_err()
+        );
+        let p = MemoryLimiterConfig {
+            check_interval: GoDuration(Duration::from_secs(1)),
+            limit_percentage: 50,
+            ..Default::default()
+        };
         let l = p.limits();
         assert!(l.hard > 0 && l.soft < l.hard);
     }

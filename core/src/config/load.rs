@@ -35,6 +35,8 @@ pub fn load_with_env(paths: &[PathBuf], env: &dyn Fn(&str) -> Option<String>) ->
             Ok(text) => {
                 if let Some(node) = read(&name, &text, env, &mut errors) {
                     match &mut root {
+                        // An empty file changes nothing.
+                        Some(_) if node.kind == NodeKind::Null => {}
                         Some(base) => merge(base, node),
                         None => root = Some(node),
                     }
@@ -552,11 +554,12 @@ service:
     fn files_merge_in_order() {
         let dir = std::env::temp_dir().join(format!("inferwatch-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let (a, b, bad) = (dir.join("a.yaml"), dir.join("b.yaml"), dir.join("bad.yaml"));
+        let (a, b, bad, empty) = (dir.join("a.yaml"), dir.join("b.yaml"), dir.join("bad.yaml"), dir.join("empty.yaml"));
+        std::fs::write(&empty, "# nothing here\n").unwrap();
         std::fs::write(&a, format!("receivers: {{otlp: }}\nexporters:\n  debug: {{verbosity: basic, sampling: {{initial: 5, thereafter: 10}}, list: [1, 2]}}\n{PIPE}")).unwrap();
         std::fs::write(&b, "exporters:\n  debug:\n    sampling: {initial: 1}\n    list: [3]\n  otlp: {endpoint: x}\nservice:\n  pipelines:\n    traces: {exporters: [debug, otlp]}\n").unwrap();
         std::fs::write(&bad, "a: [\nb: ${env:NOPE}\n").unwrap();
-        let c = load_with_env(&[a.clone(), b.clone()], &no_env).unwrap();
+        let c = load_with_env(&[a.clone(), b.clone(), empty], &no_env).unwrap();
         let debug = &c.exporters[&id("debug")];
         assert_eq!(
             debug.settings,

@@ -74,10 +74,11 @@ impl Validator<'_> {
                 comp,
                 r.connector(&comp.id.type_name).map(|f| f.validate(&comp.settings)),
             );
-            let clash = if c.receivers.contains_key(&comp.id) { Some("receiver") } else { None };
-            if let Some(other) = clash.or(c.exporters.contains_key(&comp.id).then_some("exporter")) {
-                let msg = format!("connector id \"{}\" is also defined as a {other}; ids must be distinct", comp.id);
-                self.err(&comp.location, format!("connectors.{}", comp.id), msg);
+            for (other, section) in [("a receiver", &c.receivers), ("an exporter", &c.exporters)] {
+                if section.contains_key(&comp.id) {
+                    let msg = format!("connector id \"{}\" is also defined as {other}; ids must be distinct", comp.id);
+                    self.err(&comp.location, format!("connectors.{}", comp.id), msg);
+                }
             }
         }
         for comp in c.extensions.values() {
@@ -489,6 +490,7 @@ service:
                 ("exporters.otlp.endpoint", 12, 5, "endpoint must be host:port"),
                 ("connectors.otlp", 16, 3, "unknown connector type \"otlp\" (known: count, forward)"),
                 ("connectors.otlp", 16, 3, "connector id \"otlp\" is also defined as a receiver"),
+                ("connectors.otlp", 16, 3, "connector id \"otlp\" is also defined as an exporter"),
                 ("connectors.spanmetrics", 17, 3, "unknown connector type"),
                 ("extensions.pprof", 19, 3, "unknown extension type \"pprof\" (known: health_check)"),
             ],

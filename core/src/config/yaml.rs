@@ -155,10 +155,10 @@ pub fn resolve_plain(text: &str) -> serde_json::Value {
             return u.into();
         }
     }
-    if is_core_float(unsigned) {
-        if let Some(n) = text.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
-            return Value::Number(n);
-        }
+    if is_core_float(unsigned)
+        && let Some(n) = text.parse::<f64>().ok().and_then(serde_json::Number::from_f64)
+    {
+        return Value::Number(n);
     }
     Value::String(text.to_string())
 }
@@ -317,10 +317,12 @@ impl<'a> Builder<'a> {
                 break;
             }
             let is_merge = matches!(&ev, Event::Scalar(t, ScalarStyle::Plain, _, None) if &**t == "<<");
+            // A key keeps its text as written, even `null` or `~`.
+            let raw = if let Event::Scalar(t, ..) = &ev { Some(t.to_string()) } else { None };
             let key_node = self.node(ev, span, path, depth + 1)?;
-            let text = match key_node.kind {
-                NodeKind::Scalar { text, .. } => text,
-                NodeKind::Null => String::new(),
+            let text = match (raw, key_node.kind) {
+                (Some(text), _) | (None, NodeKind::Scalar { text, .. }) => text,
+                (None, NodeKind::Null) => String::new(),
                 _ => {
                     let e = self.error(&span.start, path, "map keys must be scalars");
                     self.errors.push(e);
@@ -384,7 +386,8 @@ mod tests {
 
     #[test]
     fn positions_are_one_based() {
-        let n = parse("f.yaml", "a:\n  b: 1\n  c: [x, \"y\"]\n").unwrap();
+        let n = parse("f.yaml", "a:\n  b: 1\n  c: [x, \"y\"]\n~: 2\n").unwrap();
+        assert_eq!(n.to_json()["~"], 2);
         assert_eq!(lc(&n.locate(&[key("a")]).unwrap()), (1, 1));
         assert_eq!(lc(&n.locate(&[key("a"), key("c")]).unwrap()), (3, 3));
         assert_eq!(lc(&n.locate(&[key("a"), key("c"), PathSeg::Index(1)]).unwrap()), (3, 10));

@@ -1,8 +1,6 @@
 //! Extension `health_check`: an HTTP endpoint answering 200 while every pipeline runs, 503 otherwise.
 
-use crate::component::{
-    parse_config, ComponentError, CreateContext, Extension, ExtensionFactory, FieldError,
-};
+use crate::component::{ComponentError, CreateContext, Extension, ExtensionFactory, FieldError, parse_config};
 use crate::graph::StatusHandle;
 use crate::settings::HostPort;
 use async_trait::async_trait;
