@@ -1,7 +1,6 @@
 //! The `inferwatch` binary: command line, logging and the agent's life cycle.
 
 mod cli;
-mod components;
 mod run;
 
 use clap::Parser;

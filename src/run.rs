@@ -1,7 +1,7 @@
 //! `run`, `validate` and `components`: loading, checking and running a configuration.
 
-use crate::components::registry;
 use anyhow::Context;
+use inferwatch::components::registry;
 use inferwatch_core::config::{self, Config, ConfigError};
 use inferwatch_core::graph::Service;
 use inferwatch_core::telemetry::Telemetry;
@@ -116,7 +116,7 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
 async fn wait_for_signal() {
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{signal, SignalKind};
+        use tokio::signal::unix::{SignalKind, signal};
         match signal(SignalKind::terminate()) {
             Ok(mut term) => {
                 tokio::select! {

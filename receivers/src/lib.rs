@@ -1,1 +1,10 @@
-//! stub
+//! inferwatch receivers: components that take telemetry in from outside.
+
+pub mod otlp;
+
+use std::sync::Arc;
+
+/// Registers every receiver factory of this crate.
+pub fn register(reg: &mut inferwatch_core::registry::Registry) {
+    reg.add_receiver(Arc::new(otlp::OtlpReceiverFactory));
+}

@@ -1,6 +1,6 @@
 //! Settings of the `otlp` receiver, in the OpenTelemetry Collector's shape.
 
-use inferwatch_core::component::{parse_config, FieldError};
+use inferwatch_core::component::{FieldError, parse_config};
 use inferwatch_core::settings::{GoDuration, HostPort};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
@@ -212,10 +212,10 @@ impl OtlpConfig {
                 "at least one protocol (grpc or http) must be configured, e.g. `protocols: { grpc: {}, http: {} }`",
             ));
         }
-        if let Some(g) = &p.grpc {
-            if g.max_recv_msg_size_mib == 0 {
-                return Err(FieldError::at("protocols.grpc.max_recv_msg_size_mib", "must be greater than 0"));
-            }
+        if let Some(g) = &p.grpc
+            && g.max_recv_msg_size_mib == 0
+        {
+            return Err(FieldError::at("protocols.grpc.max_recv_msg_size_mib", "must be greater than 0"));
         }
         if let Some(h) = &p.http {
             if h.max_request_body_size == 0 {
@@ -238,7 +238,10 @@ impl OtlpConfig {
             }
             for name in h.response_headers.keys() {
                 if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                    return Err(FieldError::at("protocols.http.response_headers", format!("invalid header name {name:?}")));
+                    return Err(FieldError::at(
+                        "protocols.http.response_headers",
+                        format!("invalid header name {name:?}"),
+                    ));
                 }
             }
             for (name, value) in &h.response_headers {
@@ -250,13 +253,14 @@ impl OtlpConfig {
                 }
             }
         }
-        if let (Some(g), Some(h)) = (&p.grpc, &p.http) {
-            if g.endpoint.port != 0 && g.endpoint == h.endpoint {
-                return Err(FieldError::at(
-                    "protocols.http.endpoint",
-                    format!("endpoint {} is also the grpc endpoint; use different ports", h.endpoint),
-                ));
-            }
+        if let (Some(g), Some(h)) = (&p.grpc, &p.http)
+            && g.endpoint.port != 0
+            && g.endpoint == h.endpoint
+        {
+            return Err(FieldError::at(
+                "protocols.http.endpoint",
+                format!("endpoint {} is also the grpc endpoint; use different ports", h.endpoint),
+            ));
         }
         Ok(())
     }
@@ -308,11 +312,16 @@ mod tests {
     #[test]
     fn unknown_and_bad_fields_are_located() {
         let e = OtlpConfig::from_value(&json!({"protocols": {"grpc": {"tls": {}}}})).unwrap_err();
-        assert_eq!(e.path, vec![PathSeg::Key("protocols".into()), PathSeg::Key("grpc".into()), PathSeg::Key("tls".into())]);
+        assert_eq!(
+            e.path,
+            vec![PathSeg::Key("protocols".into()), PathSeg::Key("grpc".into()), PathSeg::Key("tls".into())]
+        );
         let e = OtlpConfig::from_value(&json!({"protocols": {"http": {"endpoint": "http://x:1"}}})).unwrap_err();
         assert_eq!(e.path.last(), Some(&PathSeg::Key("endpoint".into())));
-        let e = OtlpConfig::from_value(&json!({"protocols": {"grpc": {"endpoint": "0.0.0.0:9"}, "http": {"endpoint": "0.0.0.0:9"}}}))
-            .unwrap_err();
+        let e = OtlpConfig::from_value(
+            &json!({"protocols": {"grpc": {"endpoint": "0.0.0.0:9"}, "http": {"endpoint": "0.0.0.0:9"}}}),
+        )
+        .unwrap_err();
         assert!(e.message.contains("also the grpc endpoint"), "{}", e.message);
         let e = OtlpConfig::from_value(&json!({"protocols": {"http": {"logs_url_path": "/v1/traces"}}})).unwrap_err();
         assert!(e.message.contains("used by another signal"), "{}", e.message);

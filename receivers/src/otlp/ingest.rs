@@ -13,8 +13,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::trace::v1::Span;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::time::Duration;
 
 /// Delay suggested to senders when a refusing stage gives none.
@@ -34,7 +34,7 @@ pub(crate) trait OtlpSignal: Send + Sync + 'static {
     /// The export request message.
     type Request: prost::Message + Default + DeserializeOwned + Send + 'static;
     /// The export response message.
-    type Response: prost::Message + Default + Serialize + Send + 'static;
+    type Response: prost::Message + Default + PartialEq + Serialize + Send + 'static;
     /// The signal carried.
     const SIGNAL: Signal;
     /// Fully qualified gRPC service name.
@@ -50,6 +50,10 @@ pub(crate) trait OtlpSignal: Send + Sync + 'static {
     }
     /// Builds the response, with a partial success when items were rejected.
     fn response(rejected: Option<Rejected>) -> Self::Response;
+    /// Reports values of an OTLP/JSON body that the typed decoding dropped.
+    fn check_json(_v: &serde_json::Value, _req: &Self::Request) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Traces: `TraceService`.
@@ -104,10 +108,8 @@ impl OtlpSignal for Traces {
 
     fn response(rejected: Option<Rejected>) -> Self::Response {
         ExportTraceServiceResponse {
-            partial_success: rejected.map(|r| ExportTracePartialSuccess {
-                rejected_spans: as_i64(r.count),
-                error_message: r.message,
-            }),
+            partial_success: rejected
+                .map(|r| ExportTracePartialSuccess { rejected_spans: as_i64(r.count), error_message: r.message }),
         }
     }
 }
@@ -128,10 +130,7 @@ fn span_problem(s: &Span) -> Option<String> {
         return Some(format!("span {name:?}: span_id must not be all zeros"));
     }
     if !s.parent_span_id.is_empty() && s.parent_span_id.len() != 8 {
-        return Some(format!(
-            "span {name:?}: parent_span_id must be empty or 8 bytes, got {}",
-            s.parent_span_id.len()
-        ));
+        return Some(format!("span {name:?}: parent_span_id must be empty or 8 bytes, got {}", s.parent_span_id.len()));
     }
     None
 }
@@ -148,6 +147,10 @@ impl OtlpSignal for Metrics {
 
     fn resource_count(req: &Self::Request) -> usize {
         req.resource_metrics.len()
+    }
+
+    fn check_json(v: &serde_json::Value, req: &Self::Request) -> Result<(), String> {
+        super::json::check_metrics(v, req)
     }
 
     fn response(rejected: Option<Rejected>) -> Self::Response {
@@ -176,10 +179,8 @@ impl OtlpSignal for Logs {
 
     fn response(rejected: Option<Rejected>) -> Self::Response {
         ExportLogsServiceResponse {
-            partial_success: rejected.map(|r| ExportLogsPartialSuccess {
-                rejected_log_records: as_i64(r.count),
-                error_message: r.message,
-            }),
+            partial_success: rejected
+                .map(|r| ExportLogsPartialSuccess { rejected_log_records: as_i64(r.count), error_message: r.message }),
         }
     }
 }

@@ -1,0 +1,241 @@
+//! OTLP/gRPC: one tonic service per signal that has a consumer.
+//!
+//! The services are written here rather than taken from opentelemetry-proto's generated
+//! servers because those decode with `tonic_prost::ProstCodec`, which answers malformed
+//! protobuf with INTERNAL; OTLP senders must see INVALID_ARGUMENT (not retryable) instead.
+
+use super::config::GrpcConfig;
+use super::ingest::{ExportError, Logs, Metrics, OtlpSignal, Sink, Traces};
+use inferwatch_core::consumer::RefuseReason;
+use std::convert::Infallible;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EnabledCompressionEncodings, EncodeBuf, Encoder};
+use tonic::server::NamedService;
+use tonic::service::Routes;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// Converts a pipeline refusal or rejection into the gRPC status OTLP prescribes.
+pub(crate) fn export_status(e: ExportError) -> Status {
+    match e {
+        ExportError::Refused { reason, retry_after, message } => {
+            let code = match reason {
+                RefuseReason::MemoryLimit => Code::ResourceExhausted,
+                RefuseReason::QueueFull | RefuseReason::ShuttingDown | RefuseReason::Downstream => Code::Unavailable,
+            };
+            // RetryInfo makes RESOURCE_EXHAUSTED retryable for OTLP senders and sets the delay.
+            Status::with_error_details(code, message, ErrorDetails::with_retry_info(Some(retry_after)))
+        }
+        ExportError::Permanent(m) => Status::invalid_argument(m),
+    }
+}
+
+/// Protobuf codec whose decode errors are INVALID_ARGUMENT.
+struct OtlpCodec<S>(PhantomData<fn() -> S>);
+
+impl<S: OtlpSignal> Codec for OtlpCodec<S> {
+    type Encode = S::Response;
+    type Decode = S::Request;
+    type Encoder = ProtoEncoder<S::Response>;
+    type Decoder = ProtoDecoder<S::Request>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProtoEncoder(PhantomData)
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProtoDecoder(PhantomData)
+    }
+}
+
+/// Encodes a response message.
+struct ProtoEncoder<T>(PhantomData<fn(T)>);
+
+impl<T: prost::Message> Encoder for ProtoEncoder<T> {
+    type Item = T;
+    type Error = Status;
+
+    fn encode(&mut self, item: T, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst).map_err(|e| Status::internal(format!("encoding the response failed: {e}")))
+    }
+}
+
+/// Decodes a request message.
+struct ProtoDecoder<T>(PhantomData<fn() -> T>);
+
+impl<T: prost::Message + Default> Decoder for ProtoDecoder<T> {
+    type Item = T;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<T>, Status> {
+        T::decode(src).map(Some).map_err(|e| Status::invalid_argument(format!("invalid protobuf: {e}")))
+    }
+}
+
+/// The OTLP `Export` service of one signal.
+pub(crate) struct ExportService<S> {
+    sink: Sink,
+    max_decoding_message_size: usize,
+    _signal: PhantomData<fn() -> S>,
+}
+
+impl<S> Clone for ExportService<S> {
+    fn clone(&self) -> Self {
+        ExportService {
+            sink: self.sink.clone(),
+            max_decoding_message_size: self.max_decoding_message_size,
+            _signal: PhantomData,
+        }
+    }
+}
+
+impl<S: OtlpSignal> ExportService<S> {
+    /// A service feeding `sink`, accepting messages up to `max_decoding_message_size` bytes.
+    pub(crate) fn new(sink: Sink, max_decoding_message_size: usize) -> Self {
+        ExportService { sink, max_decoding_message_size, _signal: PhantomData }
+    }
+}
+
+impl<S: OtlpSignal> NamedService for ExportService<S> {
+    const NAME: &'static str = S::GRPC_SERVICE;
+}
+
+/// Rewrites INTERNAL answers that tonic gives for malformed request framing (bad gzip,
+/// truncated message) into INVALID_ARGUMENT: the request is at fault and must not be retried.
+fn client_fault_as_invalid_argument(resp: http::Response<tonic::body::Body>) -> http::Response<tonic::body::Body> {
+    let Some(status) = Status::from_header_map(resp.headers()) else { return resp };
+    let m = status.message();
+    let client_fault = status.code() == Code::Internal
+        && (m.starts_with("Error decompressing")
+            || m.starts_with("Unexpected EOF")
+            || m.starts_with("Missing request message")
+            || m.starts_with("protocol error"));
+    if client_fault { Status::invalid_argument(format!("malformed request: {m}")).into_http() } else { resp }
+}
+
+impl<S: OtlpSignal> tower::Service<http::Request<tonic::body::Body>> for ExportService<S> {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let is_export =
+            req.uri().path().strip_prefix('/').and_then(|p| p.strip_prefix(S::GRPC_SERVICE)) == Some("/Export");
+        if !is_export {
+            let method = req.uri().path().to_string();
+            return Box::pin(async move { Ok(Status::unimplemented(format!("unknown method {method}")).into_http()) });
+        }
+        let mut accept = EnabledCompressionEncodings::default();
+        accept.enable(CompressionEncoding::Gzip);
+        let mut grpc = tonic::server::Grpc::new(OtlpCodec::<S>(PhantomData))
+            .apply_compression_config(accept, accept)
+            .apply_max_message_size_config(Some(self.max_decoding_message_size), None);
+        let method = ExportCall::<S> { sink: self.sink.clone(), _signal: PhantomData };
+        Box::pin(async move { Ok(client_fault_as_invalid_argument(grpc.unary(method, req).await)) })
+    }
+}
+
+/// One decoded `Export` call.
+struct ExportCall<S> {
+    sink: Sink,
+    _signal: PhantomData<fn() -> S>,
+}
+
+impl<S: OtlpSignal> tonic::server::UnaryService<S::Request> for ExportCall<S> {
+    type Response = S::Response;
+    type Future = Pin<Box<dyn Future<Output = Result<tonic::Response<S::Response>, Status>> + Send>>;
+
+    fn call(&mut self, req: tonic::Request<S::Request>) -> Self::Future {
+        let sink = self.sink.clone();
+        Box::pin(
+            async move { sink.export::<S>(req.into_inner()).await.map(tonic::Response::new).map_err(export_status) },
+        )
+    }
+}
+
+/// The per-signal sinks of the gRPC transport; `None` where the signal has no consumer.
+pub(crate) struct GrpcSinks {
+    /// Traces sink.
+    pub traces: Option<Sink>,
+    /// Metrics sink.
+    pub metrics: Option<Sink>,
+    /// Logs sink.
+    pub logs: Option<Sink>,
+}
+
+/// Serves OTLP/gRPC on `listener` until `shutdown`, then drains in-flight calls.
+pub(crate) async fn serve(listener: TcpListener, cfg: GrpcConfig, sinks: GrpcSinks, shutdown: CancellationToken) {
+    let max = cfg.max_recv_msg_size();
+    // Only signals with a consumer get a service; the others answer UNIMPLEMENTED, as in otelcol.
+    let mut routes = Routes::builder();
+    if let Some(s) = sinks.traces {
+        routes.add_service(ExportService::<Traces>::new(s, max));
+    }
+    if let Some(s) = sinks.metrics {
+        routes.add_service(ExportService::<Metrics>::new(s, max));
+    }
+    if let Some(s) = sinks.logs {
+        routes.add_service(ExportService::<Logs>::new(s, max));
+    }
+    let mut server = tonic::transport::Server::builder();
+    if cfg.max_concurrent_streams > 0 {
+        server = server.max_concurrent_streams(cfg.max_concurrent_streams);
+    }
+    if let Some(sp) = cfg.keepalive.as_ref().and_then(|k| k.server_parameters.as_ref()) {
+        if let Some(t) = sp.time {
+            server = server.http2_keepalive_interval(Some(t.0));
+        }
+        if let Some(t) = sp.timeout {
+            server = server.http2_keepalive_timeout(Some(t.0));
+        }
+        if let Some(t) = sp.max_connection_age {
+            server = server.max_connection_age(t.0);
+        }
+        if let Some(t) = sp.max_connection_age_grace {
+            server = server.max_connection_age_grace(t.0);
+        }
+    }
+    // `Server::tcp_nodelay` is ignored with an incoming stream; the stream sets it instead.
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let result =
+        server.add_routes(routes.routes()).serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()).await;
+    if let Err(e) = result {
+        tracing::error!(endpoint = %cfg.endpoint, error = %e, "otlp gRPC server stopped with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn refusals_carry_retry_info() {
+        let s = export_status(ExportError::Refused {
+            reason: RefuseReason::MemoryLimit,
+            retry_after: Duration::from_secs(3),
+            message: "full".into(),
+        });
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        let ri = s.get_details_retry_info().unwrap();
+        assert_eq!(ri.retry_delay, Some(Duration::from_secs(3)));
+        let s = export_status(ExportError::Refused {
+            reason: RefuseReason::QueueFull,
+            retry_after: Duration::from_secs(1),
+            message: "q".into(),
+        });
+        assert_eq!(s.code(), Code::Unavailable);
+        assert!(s.get_details_retry_info().is_some());
+        assert_eq!(export_status(ExportError::Permanent("bad".into())).code(), Code::InvalidArgument);
+    }
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The project's test command: formatting, lints, unit tests, the release build, and the
+# end-to-end suite (tests/e2e, pytest against target/release/inferwatch).
+#
+#   ./scripts/test.sh              everything
+#   ./scripts/test.sh --quick      skip cargo fmt and clippy
+#   ./scripts/test.sh --e2e-only   only build the release binary and run the e2e suite
+#   ./scripts/test.sh --no-e2e     skip the e2e suite
+#   ./scripts/test.sh -- ARGS      pass ARGS to pytest (e.g. -- -k roundtrip -x)
+#
+# Environment: INFERWATCH_SLOW=1 also runs the slow / soak e2e tests; PYTHON picks the
+# interpreter for the venv (default python3). Idempotent: the venv at .venv is reused and pip
+# runs only when tests/e2e/requirements.txt changed.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$(pwd)
+
+QUICK=0
+E2E=1
+CARGO_TESTS=1
+PYTEST_ARGS=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --quick) QUICK=1 ;;
+        --e2e-only) QUICK=1; CARGO_TESTS=0 ;;
+        --no-e2e) E2E=0 ;;
+        --) shift; PYTEST_ARGS+=("$@"); break ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "unknown option: $1 (see --help)" >&2; exit 64 ;;
+    esac
+    shift
+done
+
+PYTHON=${PYTHON:-python3}
+VENV="$ROOT/.venv"
+REQ="$ROOT/tests/e2e/requirements.txt"
+declare -a TIMES=()
+
+step() { # name, command...
+    local name=$1; shift
+    echo
+    echo "==> $name"
+    local t0=$SECONDS rc
+    # A subshell outside any `if`, so that `set -e` holds inside shell functions too.
+    set +e
+    (set -e; "$@")
+    rc=$?
+    set -e
+    if [[ $rc -eq 0 ]]; then
+        TIMES+=("$(printf '%-30s %5ds  ok' "$name" $((SECONDS - t0)))")
+    else
+        TIMES+=("$(printf '%-30s %5ds  FAILED (exit %d)' "$name" $((SECONDS - t0)) "$rc")")
+        summary
+        echo "FAILED: $name" >&2
+        exit "$rc"
+    fi
+}
+
+summary() {
+    echo
+    echo "==> summary"
+    printf '    %s\n' "${TIMES[@]}"
+}
+
+as_root() {
+    if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+        echo "need root to run: $*" >&2; return 1; fi
+}
+
+ensure_venv() {
+    if [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c 'import sys' 2>/dev/null; then
+        :
+    else
+        rm -rf "$VENV"
+        if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+            echo "python3 -m venv failed; installing the venv module (python3-venv)"
+            rm -rf "$VENV"
+            local ver
+            ver=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+            export DEBIAN_FRONTEND=noninteractive
+            as_root apt-get update -qq
+            as_root apt-get install -y -qq "python${ver}-venv" || as_root apt-get install -y -qq python3-venv
+            "$PYTHON" -m venv "$VENV"
+        fi
+    fi
+    local want have=""
+    want=$(sha256sum "$REQ" | cut -d' ' -f1)
+    [[ -f "$VENV/.requirements.sha256" ]] && have=$(cat "$VENV/.requirements.sha256")
+    if [[ "$want" != "$have" ]]; then
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQ"
+        echo "$want" > "$VENV/.requirements.sha256"
+    else
+        echo "venv up to date ($VENV)"
+    fi
+}
+
+if [[ $QUICK -eq 0 ]]; then
+    step "cargo fmt --check" cargo fmt --all -- --check
+    step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
+fi
+if [[ $CARGO_TESTS -eq 1 ]]; then
+    step "cargo test" cargo test --workspace
+fi
+if [[ $E2E -eq 1 ]]; then
+    step "python venv + requirements" ensure_venv
+    step "cargo build --release" cargo build --release --bin inferwatch
+    export INFERWATCH_BIN="$ROOT/target/release/inferwatch"
+    PYTEST_FLAGS=(-v --durations=10)
+    [[ ${#PYTEST_ARGS[@]} -gt 0 ]] && PYTEST_FLAGS+=("${PYTEST_ARGS[@]}")
+    step "pytest tests/e2e" "$VENV/bin/python" -m pytest tests/e2e "${PYTEST_FLAGS[@]}"
+fi
+summary
+echo "all steps passed"

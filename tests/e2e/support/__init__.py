@@ -1,0 +1,1 @@
+"""Helpers for the inferwatch end-to-end tests: agent processes, OTLP sinks, config files."""

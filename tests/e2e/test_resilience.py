@@ -1,0 +1,113 @@
+"""Downstream failures: an outage, permanent rejections, and a dead exporter beside a live one."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import grpc
+
+from support import otlp
+from support.agent import free_port, make_config, otlp_exporter
+from support.client import GrpcClient, trace_request
+from support.sink import Behavior
+
+OUTAGE_S = 10.0
+
+
+def test_downstream_outage_then_recovery_delivers_every_accepted_span(agents, grpc_sink):
+    """The sink is down for 10 s while spans keep coming; once it is up, every acked span arrives."""
+    port = free_port()  # nothing listens here until the sink starts
+    cfg, ports = make_config({"otlp/sink": otlp_exporter(f"127.0.0.1:{port}")}, signals=("traces",))
+    a = agents("agent", cfg, ports)
+    client = GrpcClient(ports.grpc_endpoint)
+    acked: list[bytes] = []
+    t0 = time.monotonic()
+    try:
+        # Keep sending through the whole outage, 25 spans every 0.5 s (the pacing is the scenario,
+        # not a synchronisation).
+        while time.monotonic() - t0 < OUTAGE_S:
+            req, ids = trace_request(25, name="outage")
+            client.export("traces", req)  # must be accepted: the queue has room
+            acked.extend(ids)
+            time.sleep(0.5)
+        assert a.metric("otelcol_exporter_sent_spans_total", exporter="otlp/sink") == 0
+        sink = grpc_sink(port=port)
+        req, ids = trace_request(25, name="after")
+        client.export("traces", req)
+        acked.extend(ids)
+    finally:
+        client.close()
+    sink.wait_span_ids(acked, timeout=30)
+    got = collections.Counter(sink.span_ids())
+    missing = set(acked) - set(got)
+    assert not missing, f"{len(missing)} of {len(acked)} acknowledged spans never arrived"
+    assert set(got) == set(acked), "the sink got spans nobody sent"
+    dups = sum(c - 1 for c in got.values() if c > 1)
+    # At-least-once is allowed; report how often a span came twice.
+    print(f"{len(acked)} spans, {dups} duplicates after the outage")
+    a.wait_metric("otelcol_exporter_sent_spans_total", lambda v: v >= len(acked), exporter="otlp/sink")
+    assert a.metric("otelcol_receiver_refused_spans_total") == 0
+    assert a.metric("otelcol_exporter_send_failed_spans_total") == 0
+
+
+def test_permanent_rejection_is_counted_and_not_retried(agents, grpc_sink):
+    """INVALID_ARGUMENT from downstream: items counted as failed, each request sent once."""
+    behavior = Behavior(always=grpc.StatusCode.INVALID_ARGUMENT)
+    sink = grpc_sink(behavior)
+    cfg, ports = make_config({"otlp/sink": otlp_exporter(sink.endpoint)}, signals=("traces",))
+    a = agents("agent", cfg, ports)
+    client = GrpcClient(ports.grpc_endpoint)
+    sent: list[bytes] = []
+    try:
+        for _ in range(3):
+            req, ids = trace_request(10, name="rejected")
+            client.export("traces", req)  # the agent accepts; downstream rejects later
+            sent.extend(ids)
+        a.wait_metric("otelcol_exporter_send_failed_spans_total", lambda v: v >= 30, exporter="otlp/sink")
+        # Now downstream accepts; a sentinel span shows when the exporter has moved on. Had the
+        # rejected spans been retried, they would now be delivered too.
+        with behavior.lock:
+            behavior.always = None
+        req, sentinel = trace_request(1, name="sentinel")
+        client.export("traces", req)
+    finally:
+        client.close()
+    sink.wait_span_ids(sentinel)
+    attempts = [at for at in sink.snapshot() if at.signal == "traces"]
+    seen = collections.Counter(s.span_id for at in attempts for _, _, s in otlp.iter_spans(at.request))
+    assert set(sent) <= set(seen), "some spans never reached downstream at all"
+    resent = {sid: n for sid, n in seen.items() if sid in set(sent) and n > 1}
+    assert not resent, f"{len(resent)} rejected spans were sent more than once (retried a permanent error)"
+    assert set(sink.span_ids()) == set(sentinel), "rejected spans were delivered later"
+    assert a.metric("otelcol_exporter_send_failed_spans_total", exporter="otlp/sink") == 30
+    assert a.metric("otelcol_exporter_sent_spans_total", exporter="otlp/sink") == 1
+
+
+def test_dead_exporter_does_not_block_live_one(agents, grpc_sink):
+    """Two exporters in one pipeline; one points at a closed port. The live one gets everything."""
+    sink = grpc_sink()
+    dead = f"127.0.0.1:{free_port()}"
+    cfg, ports = make_config(
+        {"otlp/dead": otlp_exporter(dead), "otlp/live": otlp_exporter(sink.endpoint)},
+        signals=("traces", "logs"), shutdown_timeout="2s",
+    )
+    a = agents("agent", cfg, ports)
+    client = GrpcClient(ports.grpc_endpoint)
+    acked: list[bytes] = []
+    try:
+        for _ in range(40):
+            req, ids = trace_request(50, name="fanout")
+            client.export("traces", req)
+            acked.extend(ids)
+    finally:
+        client.close()
+    sink.wait_span_ids(acked, timeout=30)
+    got = collections.Counter(sink.span_ids())
+    assert set(got) == set(acked)
+    assert all(n == 1 for n in got.values()), "the live exporter delivered duplicates"
+    a.wait_metric("otelcol_exporter_sent_spans_total", lambda v: v == len(acked), exporter="otlp/live")
+    assert a.metric("otelcol_exporter_sent_spans_total", exporter="otlp/dead") == 0
+    assert a.metric("otelcol_receiver_refused_spans_total") == 0
+    # The dead exporter holds its data (queued or retrying), and the agent still reports healthy.
+    assert a.health() == 200
