@@ -13,6 +13,8 @@
 #   OUT=bench/results/passthrough-<time>
 #   IDLE_WAIT=30             seconds to wait for the machine to go quiet before each run (0: don't)
 #   SETTLE_MAX=30            seconds to wait for the sink to receive everything after the load
+#   NOISY_PCT=15 RETRY_NOISY=2  a run in which other processes used more than NOISY_PCT % of a core
+#                            is set aside (CASE.COLLECTOR.REP.rejected-N) and repeated, up to RETRY_NOISY times
 #   SKIP_BUILD=1             use the binaries already in target/release
 #   ROTEL=/path/rotel-agent  use this Rotel instead of bench/.venv-rotel
 set -euo pipefail
@@ -29,6 +31,8 @@ PIN=${PIN:-1}
 IDLE_WAIT=${IDLE_WAIT:-30}
 IDLE_MAX_PCT=${IDLE_MAX_PCT:-10}
 SETTLE_MAX=${SETTLE_MAX:-30}
+NOISY_PCT=${NOISY_PCT:-15}
+RETRY_NOISY=${RETRY_NOISY:-2}
 OUT=${OUT:-bench/results/passthrough-$(date +%Y%m%d-%H%M%S)}
 ROTEL_VERSION=0.0.1a15
 # Collector in, sink in, inferwatch self-metrics.
@@ -92,9 +96,6 @@ wait_port() {
     return 1
 }
 
-pin() { # pin CORE CMD...
-    if [[ $PIN == 1 ]]; then taskset -c "$1" "${@:2}"; else "${@:2}"; fi
-}
 
 # Busy share of the machine over 1 s, in % of one core.
 host_busy_pct() {
@@ -123,6 +124,9 @@ if [[ $PIN == 1 ]] && { ((NCPU < 2)) || ! command -v taskset >/dev/null; }; then
     log "fewer than 2 cores or no taskset: running unpinned"
     PIN=0
 fi
+# Command prefixes (not functions: `cmd &` must give the PID of the process itself; taskset execs it).
+PIN0=() PIN1=()
+if [[ $PIN == 1 ]]; then PIN0=(taskset -c 0) PIN1=(taskset -c 1); fi
 
 ensure_rotel() {
     if [[ -n ${ROTEL:-} ]]; then
@@ -214,11 +218,18 @@ run_one() { # CASE COLLECTOR REP
         *) die "unknown case $case" ;;
     esac
 
+    local p deadline=$((SECONDS + 15))
+    for p in $C_GRPC $C_HTTP $S_GRPC $S_HTTP; do
+        while port_open "$p"; do
+            ((SECONDS < deadline)) || die "port $p is still in use on 127.0.0.1"
+            sleep 0.2
+        done
+    done
     local busy=0
     if ((IDLE_WAIT > 0)); then busy=$(wait_idle); fi
     log "$case / $coll / rep $rep (machine busy before: ${busy}% of a core)"
 
-    pin 0 "$LOAD" sink --grpc "127.0.0.1:$S_GRPC" --http "127.0.0.1:$S_HTTP" --seqs-out "$dir/sink.seqs" \
+    "${PIN0[@]}" "$LOAD" sink --grpc "127.0.0.1:$S_GRPC" --http "127.0.0.1:$S_HTTP" --seqs-out "$dir/sink.seqs" \
         >"$dir/sink.json" 2>"$dir/sink.log" &
     local spid=$!
     PIDS+=("$spid")
@@ -227,12 +238,12 @@ run_one() { # CASE COLLECTOR REP
     local cpid
     if [[ $coll == inferwatch ]]; then
         inferwatch_config "$proto" "$dir/config.yaml"
-        pin 1 "$INFERWATCH" run --config "$dir/config.yaml" >"$dir/collector.log" 2>&1 &
+        "${PIN1[@]}" "$INFERWATCH" run --config "$dir/config.yaml" >"$dir/collector.log" 2>&1 &
         cpid=$!
     else
         local exp=(--otlp-exporter-endpoint "http://127.0.0.1:$S_GRPC")
         [[ $proto == http ]] && exp=(--otlp-exporter-protocol http --otlp-exporter-endpoint "http://127.0.0.1:$S_HTTP")
-        pin 1 "$ROTEL" start --otlp-grpc-endpoint "127.0.0.1:$C_GRPC" --otlp-http-endpoint "127.0.0.1:$C_HTTP" \
+        "${PIN1[@]}" "$ROTEL" start --otlp-grpc-endpoint "127.0.0.1:$C_GRPC" --otlp-http-endpoint "127.0.0.1:$C_HTTP" \
             --exporter otlp "${exp[@]}" --pid-file "$dir/rotel.pid" --log-file "$dir/rotel.log" \
             >"$dir/collector.log" 2>&1 &
         cpid=$!
@@ -248,19 +259,19 @@ run_one() { # CASE COLLECTOR REP
     if [[ $started == true ]]; then
         sleep 0.5
         if [[ $case == idle ]]; then
-            pin 0 "$LOAD" watch --pid "$cpid" --pid "$spid" --duration "$DUR" >"$dir/watch.json" || true
+            "${PIN0[@]}" "$LOAD" watch --pid "$cpid" --pid "$spid" --duration "$DUR" >"$dir/watch.json" || true
         else
             local endpoint="http://127.0.0.1:$C_GRPC"
             [[ $proto == http ]] && endpoint="http://127.0.0.1:$C_HTTP"
             local args=(gen --endpoint "$endpoint" --protocol "$proto" --streams "$streams" --batch "$batch"
                 --duration "$DUR" --acked-out "$dir/acked.seqs" --watch-pid "$cpid" --watch-pid "$spid")
             [[ -n $rate ]] && args+=(--rate "$rate")
-            pin 0 timeout $((DUR_S + 60)) "$LOAD" "${args[@]}" >"$dir/gen.json" 2>"$dir/gen.log" ||
+            "${PIN0[@]}" timeout $((DUR_S + 60)) "$LOAD" "${args[@]}" >"$dir/gen.json" 2>"$dir/gen.log" ||
                 log "  generator failed (see $dir/gen.log)"
         fi
         hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$cpid/status" 2>/dev/null || true)
         if [[ $case != idle && -s $dir/acked.seqs ]]; then
-            pin 0 "$LOAD" settle --sink "http://127.0.0.1:$S_HTTP" --acked "$dir/acked.seqs" --max "${SETTLE_MAX}s" \
+            "${PIN0[@]}" "$LOAD" settle --sink "http://127.0.0.1:$S_HTTP" --acked "$dir/acked.seqs" --max "${SETTLE_MAX}s" \
                 >"$dir/settle.json" 2>>"$dir/gen.log" || true
         fi
     fi
@@ -275,7 +286,7 @@ run_one() { # CASE COLLECTOR REP
     wait "$cpid" 2>/dev/null || crc=$?
     # Whatever the collector flushed on shutdown reaches the sink before it stops.
     if [[ $case != idle && -s $dir/acked.seqs ]]; then
-        pin 0 "$LOAD" settle --sink "http://127.0.0.1:$S_HTTP" --acked "$dir/acked.seqs" --quiet-for 1s --max 10s \
+        "${PIN0[@]}" "$LOAD" settle --sink "http://127.0.0.1:$S_HTTP" --acked "$dir/acked.seqs" --quiet-for 1s --max 10s \
             >"$dir/settle-after-stop.json" 2>>"$dir/gen.log" || true
     fi
     kill -TERM "$spid" 2>/dev/null || true
@@ -290,6 +301,24 @@ run_one() { # CASE COLLECTOR REP
     PIDS=()
 }
 
+# Share of a core that processes other than ours used during the run (integer; 0 if unknown).
+other_pct() {
+    python3 - "$1" <<'PY'
+import json, os, sys
+for name in ("gen.json", "watch.json"):
+    try:
+        with open(os.path.join(sys.argv[1], name)) as f:
+            host = json.load(f)["watch" if name == "gen.json" else "host"]
+        host = host.get("host", host)
+        print(max(0, int(host.get("other_pct") or 0)))
+        break
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+else:
+    print(0)
+PY
+}
+
 log "results in $OUT (cases: ${CASES[*]}; collectors: $COLLECTORS; REPS=$REPS DUR=$DUR; pinned=$PIN)"
 for rep in $(seq 1 "$REPS"); do
     # Alternate which collector goes first, so that drift in the machine does not favour one.
@@ -301,7 +330,13 @@ for rep in $(seq 1 "$REPS"); do
     fi
     for case in "${CASES[@]}"; do
         for coll in "${order[@]}"; do
-            run_one "$case" "$coll" "$rep"
+            for ((try = 0; ; try++)); do
+                run_one "$case" "$coll" "$rep"
+                other=$(other_pct "$OUT/$case.$coll.$rep")
+                ((other > NOISY_PCT && try < RETRY_NOISY)) || break
+                log "  other processes used ${other}% of a core during the run: setting it aside and repeating"
+                mv "$OUT/$case.$coll.$rep" "$OUT/$case.$coll.$rep.rejected-$try"
+            done
         done
     done
 done

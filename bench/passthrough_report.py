@@ -9,7 +9,8 @@ import os
 import statistics
 import sys
 
-NOISY_OTHER_PCT = 15.0  # another process used more than this share of a core during the run
+# Another process used more than this share of a core during the run (same knob as passthrough.sh).
+NOISY_OTHER_PCT = float(os.environ.get("NOISY_PCT", "15"))
 
 
 def load(path):
@@ -89,8 +90,12 @@ def main():
         sys.exit(__doc__)
     out = sys.argv[1]
     runs = []
+    rejected = 0
     for name in sorted(os.listdir(out)):
         d = os.path.join(out, name)
+        if ".rejected" in name:
+            rejected += 1
+            continue
         if os.path.isdir(d):
             r = run_record(d)
             if r:
@@ -98,10 +103,8 @@ def main():
     if not runs:
         sys.exit(f"no runs in {out}")
 
-    cases = []
-    for r in runs:
-        if r["case"] not in cases:
-            cases.append(r["case"])
+    known = ["grpc", "http", "rate10k", "rate10k-http", "idle"]
+    cases = sorted({r["case"] for r in runs}, key=lambda c: (known.index(c) if c in known else len(known), c))
     collectors = sorted({r["collector"] for r in runs}, key=lambda c: (c != "inferwatch", c))
 
     agg = {}
@@ -185,7 +188,8 @@ def main():
     print()
     print("CPU % is a share of one core over the load window; CPU us/span = CPU time per acked span.")
     print("At saturation the pinned collector sits near 100 %, so compare spans/s there; at a fixed rate compare CPU %.")
-    print(f"noisy: runs in which other processes used more than {NOISY_OTHER_PCT:.0f} % of a core.")
+    print(f"noisy: kept runs in which other processes used more than {NOISY_OTHER_PCT:.0f} % of a core", end="")
+    print(f"; {rejected} noisy run(s) were set aside and repeated." if rejected else ".")
     bad = [r for r in runs if r.get("delivered_ok") is False]
     for r in bad:
         print(
@@ -198,6 +202,7 @@ def main():
         "aggregates": [{"case": c, "collector": k, **v} for (c, k), v in agg.items()],
         "ratios_inferwatch_over_rotel": ratios,
         "runs": runs,
+        "rejected_runs": rejected,
     }
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

@@ -11,10 +11,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    cli::init_logging(cli.log_level.as_deref());
+    let level = cli.log_level;
     match cli.command.unwrap_or_default() {
-        cli::Command::Run(args) => run::run(&args.config),
-        cli::Command::Validate(args) => run::validate(&args.config),
+        // `run` sets up logging once the configuration (service.telemetry.logs.level) is read.
+        cli::Command::Run(args) => run::run(&args.config, level.as_deref()),
+        cli::Command::Validate(args) => {
+            cli::init_logging(level.as_deref());
+            run::validate(&args.config)
+        }
         cli::Command::Components => {
             run::print_components();
             ExitCode::SUCCESS

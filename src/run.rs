@@ -60,7 +60,7 @@ pub fn print_components() {
 }
 
 /// `inferwatch run`.
-pub fn run(paths: &[PathBuf]) -> ExitCode {
+pub fn run(paths: &[PathBuf], log_level: Option<&str>) -> ExitCode {
     let cfg = match load_checked(paths) {
         Ok(c) => c,
         Err(errors) => {
@@ -68,6 +68,7 @@ pub fn run(paths: &[PathBuf]) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    crate::cli::init_logging(log_level.or(cfg.service.telemetry.logs_level.as_deref()));
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("inferwatch").build() {
         Ok(rt) => rt,
         Err(e) => {

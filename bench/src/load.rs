@@ -277,6 +277,8 @@ fn random_u64() -> u64 {
 pub async fn run(opts: GenOpts) -> anyhow::Result<Value> {
     anyhow::ensure!(opts.streams > 0, "--streams must be at least 1");
     anyhow::ensure!(opts.batch > 0, "--batch must be at least 1");
+    // Span ids are `salt ^ (seq + 1)` with the salt's top bit set: seqs stay below 2^62.
+    anyhow::ensure!(opts.seq_start < 1 << 62, "--seq-start must be below 2^62");
     if let Some(r) = opts.rate {
         anyhow::ensure!(r.is_finite() && r > 0.0, "--rate must be a positive number of spans per second");
     }

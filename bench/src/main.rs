@@ -3,6 +3,7 @@
 //! See bench/README.md.
 
 mod codec;
+mod costs;
 mod load;
 mod procstat;
 mod scan;
@@ -129,6 +130,15 @@ enum Cmd {
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         max: Duration,
     },
+    /// Measure per-span cost of decode, encode and gzip (levels 6 and 1) in this process.
+    Costs {
+        /// Spans per request.
+        #[arg(long, default_value_t = 512)]
+        batch: usize,
+        /// Iterations per step.
+        #[arg(long, default_value_t = 200)]
+        iters: usize,
+    },
     /// Sample processes' CPU and RSS for a while (e.g. an idle collector); print JSON.
     Watch {
         /// Process to watch (repeatable).
@@ -251,6 +261,7 @@ fn main() -> ExitCode {
                 .and_then(|rt| rt.block_on(load::run(opts)))
                 .map(|v| (v, true))
         }
+        Cmd::Costs { batch, iters } => Ok((costs::run(batch, iters), true)),
         Cmd::Sink { grpc, http, idle_exit, seqs_out, fail_every } => {
             let opts = sink::SinkOpts { grpc, http, idle_exit, seqs_out, fail_every };
             runtime(cli.threads)

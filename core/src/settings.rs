@@ -272,6 +272,27 @@ pub enum Compression {
     None,
 }
 
+/// `compression_params` (otelcol's key): the gzip level.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompressionParams {
+    /// gzip level 1 (fastest) to 9 (smallest); default 1.
+    pub level: u32,
+}
+
+impl Default for CompressionParams {
+    fn default() -> Self {
+        CompressionParams { level: 1 }
+    }
+}
+
+impl CompressionParams {
+    /// Checks the level range.
+    pub fn check(&self) -> Result<(), String> {
+        if (1..=9).contains(&self.level) { Ok(()) } else { Err(format!("level must be 1 to 9, got {}", self.level)) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

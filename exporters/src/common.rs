@@ -47,11 +47,13 @@ pub(crate) fn node(
     Arc::new(QueuedExporter::new(ctx.id.to_string(), signal, sender, metrics, queue, retry))
 }
 
-/// Gzip-compresses `data` (default level, as otelcol).
-pub(crate) fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut enc =
-        flate2::write::GzEncoder::new(Vec::with_capacity(data.len() / 4 + 64), flate2::Compression::default());
-    enc.write_all(data)?;
+/// Gzip-compresses the concatenation of `chunks` at `level` (1 fastest .. 9 smallest).
+pub(crate) fn gzip_chunks(chunks: &[bytes::Bytes], level: u32) -> std::io::Result<Vec<u8>> {
+    let total: usize = chunks.iter().map(|c| c.len()).sum();
+    let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(total / 6 + 64), flate2::Compression::new(level));
+    for c in chunks {
+        enc.write_all(c)?;
+    }
     enc.finish()
 }
 
@@ -76,7 +78,8 @@ mod tests {
     #[test]
     fn gzip_round_trips() {
         let data = b"hello hello hello hello".repeat(10);
-        let z = gzip(&data).unwrap();
+        let z = gzip_chunks(&[bytes::Bytes::from(data[..10].to_vec()), bytes::Bytes::from(data[10..].to_vec())], 1)
+            .unwrap();
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(&z[..]).read_to_end(&mut out).unwrap();
         assert_eq!(out, data);

@@ -178,6 +178,11 @@ impl Sender for DebugSender {
 
 /// The text the exporter prints for `data` at `verbosity`, newline-terminated.
 pub fn render(data: &Payload, verbosity: Verbosity) -> String {
+    let decoded = match data.decoded() {
+        Ok(d) => d,
+        Err(e) => return format!("{} payload that cannot be decoded: {e}\n", data.signal()),
+    };
+    let data = decoded.as_ref();
     let mut s = summary(data);
     s.push('\n');
     match verbosity {
@@ -188,6 +193,7 @@ pub fn render(data: &Payload, verbosity: Verbosity) -> String {
                 Payload::Traces(r) => serde_json::to_string_pretty(r),
                 Payload::Metrics(r) => serde_json::to_string_pretty(r),
                 Payload::Logs(r) => serde_json::to_string_pretty(r),
+                Payload::Encoded(_) => Ok(String::new()),
             };
             match json {
                 Ok(j) => s.push_str(&j),
@@ -219,6 +225,7 @@ fn summary(data: &Payload) -> String {
         Payload::Logs(r) => {
             format!("Logs: resource logs: {}, log records: {}", r.resource_logs.len(), data.item_count())
         }
+        Payload::Encoded(e) => format!("{}: {} items (encoded)", e.signal(), e.item_count()),
     }
 }
 
@@ -248,6 +255,7 @@ fn items(data: &Payload, s: &mut String) {
                 let _ = writeln!(s, "{body}{}", attrs(&l.attributes));
             }
         }
+        Payload::Encoded(_) => {}
     }
 }
 

@@ -6,18 +6,19 @@ use async_trait::async_trait;
 use inferwatch_core::component::{ComponentError, CreateContext, ExporterFactory, FieldError, NodeRef, parse_config};
 use inferwatch_core::exporterhelper::{SendError, Sender};
 use inferwatch_core::pdata::{Payload, Signal};
-use inferwatch_core::settings::{Compression, Endpoint, GoDuration, QueueSettings, RetrySettings, TlsClientSettings};
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use inferwatch_core::settings::{
+    Compression, CompressionParams, Endpoint, GoDuration, QueueSettings, RetrySettings, TlsClientSettings,
+};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use tonic::codec::CompressionEncoding;
 use tonic::metadata::{AsciiMetadataValue, BinaryMetadataKey, BinaryMetadataValue, MetadataKey, MetadataMap};
 use tonic::transport::{Channel, ClientTlsConfig, Identity};
-use tonic::{Code, Request, Status};
+use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
 /// `keepalive` settings (otelcol configgrpc `KeepaliveClientConfig`).
@@ -58,6 +59,9 @@ pub struct OtlpConfig {
     /// Request compression (`gzip` by default, or `none`).
     #[serde(default)]
     pub compression: Compression,
+    /// gzip level (`compression_params.level`, 1 fastest to 9 smallest; default 1).
+    #[serde(default)]
+    pub compression_params: CompressionParams,
     /// Deadline of one export call (0: none).
     #[serde(default = "default_timeout")]
     pub timeout: GoDuration,
@@ -88,6 +92,7 @@ impl OtlpConfig {
     }
 
     fn check(&self) -> Result<(), FieldError> {
+        self.compression_params.check().map_err(|e| FieldError::at("compression_params.level", e))?;
         let ep = self.endpoint()?;
         if !ep.path.is_empty() {
             return Err(FieldError::at("endpoint", format!("a gRPC endpoint has no path (got {:?})", ep.path)));
@@ -185,7 +190,8 @@ pub struct GrpcSender {
     endpoint: tonic::transport::Endpoint,
     channel: OnceLock<Channel>,
     metadata: MetadataMap,
-    gzip: bool,
+    /// gzip level when compressing.
+    gzip: Option<u32>,
     timeout: Option<Duration>,
 }
 
@@ -227,7 +233,7 @@ impl GrpcSender {
             endpoint,
             channel: OnceLock::new(),
             metadata: metadata(&c.headers)?,
-            gzip: c.compression == Compression::Gzip,
+            gzip: (c.compression == Compression::Gzip).then_some(c.compression_params.level),
             timeout,
         })
     }
@@ -236,45 +242,107 @@ impl GrpcSender {
         self.channel.get_or_init(|| self.endpoint.connect_lazy()).clone()
     }
 
-    fn request<T>(&self, msg: T) -> Request<T> {
-        let mut r = Request::new(msg);
-        *r.metadata_mut() = self.metadata.clone();
-        if let Some(t) = self.timeout {
-            r.set_timeout(t);
-        }
-        r
-    }
-
+    /// One unary OTLP export call, framed by hand so that encoded payloads go out without a
+    /// decode / re-encode and gzip runs at the configured level (tonic's codec fixes level 6).
     async fn export(&self, data: &Payload) -> Result<(), Status> {
-        let ch = self.channel();
-        let (signal, rejected, message) = match data {
-            Payload::Traces(req) => {
-                let mut c = TraceServiceClient::new(ch).accept_compressed(CompressionEncoding::Gzip);
-                if self.gzip {
-                    c = c.send_compressed(CompressionEncoding::Gzip);
-                }
-                let ps = c.export(self.request(req.clone())).await?.into_inner().partial_success;
-                (Signal::Traces, ps.as_ref().map_or(0, |p| p.rejected_spans), ps.map(|p| p.error_message))
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let signal = data.signal();
+        let chunks = data.to_chunks();
+        let (flag, msg) = match self.gzip {
+            Some(level) => (1u8, common::gzip_chunks(&chunks, level).map_err(|e| Status::internal(e.to_string()))?),
+            None => (0u8, chunks.iter().flat_map(|c| c.iter().copied()).collect()),
+        };
+        let len = u32::try_from(msg.len()).map_err(|_| Status::resource_exhausted("request larger than 4 GiB"))?;
+        let mut frame = bytes::BytesMut::with_capacity(5 + msg.len());
+        frame.extend_from_slice(&[flag]);
+        frame.extend_from_slice(&len.to_be_bytes());
+        frame.extend_from_slice(&msg);
+        let mut req = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(grpc_path(signal))
+            .header(http::header::CONTENT_TYPE, "application/grpc")
+            .header(http::header::TE, "trailers");
+        if self.gzip.is_some() {
+            req = req.header("grpc-encoding", "gzip");
+        }
+        if let Some(t) = self.timeout {
+            req = req.header("grpc-timeout", format!("{}m", t.as_millis().max(1)));
+        }
+        let mut req = req
+            .body(tonic::body::Body::new(http_body_util::Full::new(frame.freeze())))
+            .map_err(|e| Status::internal(format!("cannot build the request: {e}")))?;
+        req.headers_mut().extend(self.metadata.clone().into_headers());
+        let call = async {
+            let ch = self.channel().ready_oneshot().await.map_err(|e| transport_status(&e))?;
+            let resp = ch.oneshot(req).await.map_err(|e| transport_status(&e))?;
+            let (parts, body) = resp.into_parts();
+            if parts.status != http::StatusCode::OK {
+                return Err(Status::unavailable(format!("HTTP status {} from the gRPC server", parts.status)));
             }
-            Payload::Metrics(req) => {
-                let mut c = MetricsServiceClient::new(ch).accept_compressed(CompressionEncoding::Gzip);
-                if self.gzip {
-                    c = c.send_compressed(CompressionEncoding::Gzip);
-                }
-                let ps = c.export(self.request(req.clone())).await?.into_inner().partial_success;
-                (Signal::Metrics, ps.as_ref().map_or(0, |p| p.rejected_data_points), ps.map(|p| p.error_message))
+            // A trailers-only response carries the status in the headers.
+            if let Some(st) = Status::from_header_map(&parts.headers) {
+                return if st.code() == Code::Ok { Ok(bytes::Bytes::new()) } else { Err(st) };
             }
-            Payload::Logs(req) => {
-                let mut c = LogsServiceClient::new(ch).accept_compressed(CompressionEncoding::Gzip);
-                if self.gzip {
-                    c = c.send_compressed(CompressionEncoding::Gzip);
-                }
-                let ps = c.export(self.request(req.clone())).await?.into_inner().partial_success;
-                (Signal::Logs, ps.as_ref().map_or(0, |p| p.rejected_log_records), ps.map(|p| p.error_message))
+            let collected =
+                body.collect().await.map_err(|e| Status::unavailable(format!("reading the response: {e}")))?;
+            let trailers = collected.trailers().cloned().unwrap_or_default();
+            match Status::from_header_map(&trailers) {
+                Some(st) if st.code() != Code::Ok => Err(st),
+                Some(_) => Ok(collected.to_bytes()),
+                None => Err(Status::internal("the gRPC response has no grpc-status")),
             }
         };
-        common::log_partial_success(&self.name, signal, rejected, message.as_deref().unwrap_or(""));
+        let body = match self.timeout {
+            Some(t) => tokio::time::timeout(t, call)
+                .await
+                .map_err(|_| Status::deadline_exceeded(format!("no answer within {t:?}")))??,
+            None => call.await?,
+        };
+        let (rejected, message) = partial_success(signal, &body);
+        common::log_partial_success(&self.name, signal, rejected, &message);
         Ok(())
+    }
+}
+
+/// The gRPC method path of a signal's Export call.
+fn grpc_path(signal: Signal) -> &'static str {
+    match signal {
+        Signal::Traces => "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        Signal::Metrics => "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+        Signal::Logs => "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+    }
+}
+
+/// A connection-level failure: retryable, as grpc-go reports it.
+fn transport_status(e: &dyn std::error::Error) -> Status {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    Status::unavailable(s)
+}
+
+/// Reads the partial success of an (uncompressed) framed export response.
+fn partial_success(signal: Signal, body: &[u8]) -> (i64, String) {
+    use prost::Message;
+    let Some(msg) = body.get(5..).filter(|_| body.first() == Some(&0)) else { return (0, String::new()) };
+    match signal {
+        Signal::Traces => ExportTraceServiceResponse::decode(msg)
+            .ok()
+            .and_then(|r| r.partial_success)
+            .map_or((0, String::new()), |p| (p.rejected_spans, p.error_message)),
+        Signal::Metrics => ExportMetricsServiceResponse::decode(msg)
+            .ok()
+            .and_then(|r| r.partial_success)
+            .map_or((0, String::new()), |p| (p.rejected_data_points, p.error_message)),
+        Signal::Logs => ExportLogsServiceResponse::decode(msg)
+            .ok()
+            .and_then(|r| r.partial_success)
+            .map_or((0, String::new()), |p| (p.rejected_log_records, p.error_message)),
     }
 }
 

@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use inferwatch_core::component::{ComponentError, CreateContext, ExporterFactory, FieldError, NodeRef, parse_config};
 use inferwatch_core::exporterhelper::{SendError, Sender};
 use inferwatch_core::pdata::{Payload, Signal};
-use inferwatch_core::settings::{Compression, GoDuration, QueueSettings, RetrySettings, TlsClientSettings};
+use inferwatch_core::settings::{
+    Compression, CompressionParams, GoDuration, QueueSettings, RetrySettings, TlsClientSettings,
+};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
@@ -63,6 +65,9 @@ pub struct OtlpHttpConfig {
     /// Request compression (`gzip` by default, or `none`).
     #[serde(default)]
     pub compression: Compression,
+    /// gzip level (`compression_params.level`, 1 fastest to 9 smallest; default 1).
+    #[serde(default)]
+    pub compression_params: CompressionParams,
     /// Body encoding (`proto` by default, or `json`).
     #[serde(default)]
     pub encoding: Encoding,
@@ -90,6 +95,7 @@ impl OtlpHttpConfig {
     }
 
     fn check(&self) -> Result<(), FieldError> {
+        self.compression_params.check().map_err(|e| FieldError::at("compression_params.level", e))?;
         if self.endpoint.is_none()
             && self.traces_endpoint.is_none()
             && self.metrics_endpoint.is_none()
@@ -188,7 +194,8 @@ pub struct HttpSender {
     url: Url,
     headers: HeaderMap,
     encoding: Encoding,
-    gzip: bool,
+    /// gzip level when compressing.
+    gzip: Option<u32>,
 }
 
 /// Most bytes of a response body read (for partial success or an error message).
@@ -234,19 +241,26 @@ impl HttpSender {
             url,
             headers: headers(&c.headers)?,
             encoding: c.encoding,
-            gzip: c.compression == Compression::Gzip,
+            gzip: (c.compression == Compression::Gzip).then_some(c.compression_params.level),
         })
     }
 
-    fn encode(&self, data: &Payload) -> Result<Vec<u8>, SendError> {
+    /// The body as chunks: protobuf is passed through without copying; JSON needs the decoded form.
+    fn encode(&self, data: &Payload) -> Result<Vec<bytes::Bytes>, SendError> {
         match self.encoding {
-            Encoding::Proto => Ok(data.encode_to_vec()),
-            Encoding::Json => match data {
-                Payload::Traces(r) => serde_json::to_vec(r),
-                Payload::Metrics(r) => serde_json::to_vec(r),
-                Payload::Logs(r) => serde_json::to_vec(r),
+            Encoding::Proto => Ok(data.to_chunks()),
+            Encoding::Json => {
+                let decoded =
+                    data.decoded().map_err(|e| SendError::Permanent(format!("cannot decode the payload: {e}")))?;
+                match decoded.as_ref() {
+                    Payload::Traces(r) => serde_json::to_vec(r),
+                    Payload::Metrics(r) => serde_json::to_vec(r),
+                    Payload::Logs(r) => serde_json::to_vec(r),
+                    Payload::Encoded(_) => Ok(Vec::new()),
+                }
+                .map(|v| vec![bytes::Bytes::from(v)])
+                .map_err(|e| SendError::Permanent(format!("cannot encode OTLP/JSON: {e}")))
             }
-            .map_err(|e| SendError::Permanent(format!("cannot encode OTLP/JSON: {e}"))),
         }
     }
 
@@ -262,16 +276,20 @@ impl HttpSender {
 #[async_trait]
 impl Sender for HttpSender {
     async fn send(&self, data: &Payload) -> Result<(), SendError> {
-        let mut body = self.encode(data)?;
+        let chunks = self.encode(data)?;
         let mut req = self
             .client
             .post(self.url.clone())
             .headers(self.headers.clone())
             .header(CONTENT_TYPE, self.encoding.content_type());
-        if self.gzip {
-            body = common::gzip(&body).map_err(|e| SendError::Permanent(format!("gzip failed: {e}")))?;
-            req = req.header(CONTENT_ENCODING, "gzip");
-        }
+        let body = match self.gzip {
+            Some(level) => {
+                req = req.header(CONTENT_ENCODING, "gzip");
+                common::gzip_chunks(&chunks, level).map_err(|e| SendError::Permanent(format!("gzip failed: {e}")))?
+            }
+            None if chunks.len() == 1 => chunks[0].to_vec(),
+            None => chunks.iter().flat_map(|c| c.iter().copied()).collect(),
+        };
         let resp = req.body(body).send().await.map_err(|e| {
             let message = format!("POST {} failed: {}", self.url, chain(&e));
             if e.is_builder() || e.is_redirect() {

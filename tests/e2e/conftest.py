@@ -72,7 +72,8 @@ class AgentFactory:
 
 
 @pytest.fixture
-def agents(inferwatch_bin, tmp_path, request):
+def agents(inferwatch_bin, tmp_path, request, grpc_sink, http_sink):
+    # Depends on the sink fixtures so that agents stop (and drain) before the sinks go away.
     f = AgentFactory(tmp_path, request.node)
     yield f
     problems = []
@@ -85,6 +86,7 @@ def agents(inferwatch_bin, tmp_path, request):
                 continue
             if rc != 0:
                 problems.append(f"agent {a.name} exited with {rc} after SIGTERM")
+            print(f"agent {a.name} stopped in {a.stop_seconds:.2f}s (exit {rc}); log {a.log_path}")
     if problems:
         pytest.fail("; ".join(problems), pytrace=False)
 

@@ -60,8 +60,8 @@ BAD_HTTP = [
      json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz" * 16, "spanId": "00" * 7 + "01",
                                                                "name": "x"}]}]}]}).encode(),
      ("hex", "trace", "id", "invalid")),
-    ("bad-gzip", PROTO, "gzip", b"this is not gzip at all", ("gzip", "decompress", "invalid", "corrupt", "header")),
-    ("bad-gzip-json", JSON, "gzip", b"\x1f\x8b\x08\x00garbage", ("gzip", "decompress", "invalid", "corrupt", "eof")),
+    ("bad-gzip", PROTO, "gzip", b"this is not gzip at all", ("gzip", "decompress", "invalid", "corrupt", "header", "end of file")),
+    ("bad-gzip-json", JSON, "gzip", b"\x1f\x8b\x08\x00garbage", ("gzip", "decompress", "invalid", "corrupt", "end of file")),
 ]
 
 

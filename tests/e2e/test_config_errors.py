@@ -171,3 +171,12 @@ def test_version(run_cli):
     r = run_cli("--version")
     assert r.returncode == 0
     assert re.match(r"inferwatch \d+\.\d+\.\d+", r.stdout.strip()), r.stdout
+
+
+def test_default_pipeline_yaml_is_valid(run_cli):
+    """`inferwatch validate` with no --config reads pipeline.yaml from the working directory."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "pipeline.yaml").exists():
+        pytest.skip("no pipeline.yaml")
+    r = run_cli("validate", cwd=root)
+    assert r.returncode == 0, r.stderr

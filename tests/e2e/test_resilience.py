@@ -81,6 +81,7 @@ def test_permanent_rejection_is_counted_and_not_retried(agents, grpc_sink):
     assert not resent, f"{len(resent)} rejected spans were sent more than once (retried a permanent error)"
     assert set(sink.span_ids()) == set(sentinel), "rejected spans were delivered later"
     assert a.metric("otelcol_exporter_send_failed_spans_total", exporter="otlp/sink") == 30
+    a.wait_metric("otelcol_exporter_sent_spans_total", lambda v: v >= 1, exporter="otlp/sink")
     assert a.metric("otelcol_exporter_sent_spans_total", exporter="otlp/sink") == 1
 
 

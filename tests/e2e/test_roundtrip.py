@@ -415,4 +415,6 @@ def test_otlphttp_exporter_delivers_exactly(agents, http_sink, encoding):
         assert at.content_type == ctype
         assert at.content_encoding == "gzip"
         assert at.metadata.get("authorization") == "Bearer t0k"
+    # The counter moves once the exporter has read the sink's answer: poll, then check exactly.
+    a.wait_metric("otelcol_exporter_sent_spans_total", lambda v: v >= n, exporter="otlphttp/sink")
     assert a.metric("otelcol_exporter_sent_spans_total", exporter="otlphttp/sink") == n

@@ -177,7 +177,7 @@ class Agent:
     """One `inferwatch run` process with its config file and log."""
 
     def __init__(self, name: str, cfg: dict | str, ports: Optional[Ports], workdir: Path,
-                 extra_args: tuple = (), env: Optional[dict] = None, log_level: str = "info") -> None:
+                 extra_args: tuple = (), env: Optional[dict] = None, log_level: Optional[str] = None) -> None:
         self.name = name
         self.ports = ports
         self.workdir = workdir
@@ -186,7 +186,8 @@ class Agent:
         self.log_path = workdir / f"{name}.log"
         self.extra_args = tuple(extra_args)
         self.env = env
-        self.log_level = log_level
+        # INFERWATCH_E2E_LOG_LEVEL=debug turns up every agent's logging when chasing a failure.
+        self.log_level = log_level or os.environ.get("INFERWATCH_E2E_LOG_LEVEL", "info")
         self.proc: Optional[subprocess.Popen] = None
         self.returncode: Optional[int] = None
         self.stop_seconds: Optional[float] = None

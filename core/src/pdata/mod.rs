@@ -1,4 +1,10 @@
-//! Telemetry payloads as they travel through a pipeline: OTLP export requests per signal.
+//! Telemetry payloads as they travel through a pipeline: OTLP export requests per signal,
+//! either decoded (prost types) or as validated protobuf bytes passed through undecoded.
+
+mod encoded;
+pub mod wire;
+
+pub use encoded::Encoded;
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -66,6 +72,8 @@ pub enum Payload {
     Metrics(ExportMetricsServiceRequest),
     /// An OTLP logs export request.
     Logs(ExportLogsServiceRequest),
+    /// Validated OTLP protobuf, kept as received: batched by concatenation, sent as is.
+    Encoded(Encoded),
 }
 
 impl Payload {
@@ -75,6 +83,7 @@ impl Payload {
             Payload::Traces(_) => Signal::Traces,
             Payload::Metrics(_) => Signal::Metrics,
             Payload::Logs(_) => Signal::Logs,
+            Payload::Encoded(e) => e.signal(),
         }
     }
 
@@ -103,6 +112,7 @@ impl Payload {
             Payload::Logs(r) => {
                 r.resource_logs.iter().flat_map(|rl| rl.scope_logs.iter()).map(|sl| sl.log_records.len()).sum()
             }
+            Payload::Encoded(e) => e.item_count(),
         }
     }
 
@@ -113,6 +123,7 @@ impl Payload {
             Payload::Traces(r) => r.encoded_len(),
             Payload::Metrics(r) => r.encoded_len(),
             Payload::Logs(r) => r.encoded_len(),
+            Payload::Encoded(e) => e.byte_len(),
         }
     }
 
@@ -123,6 +134,32 @@ impl Payload {
             Payload::Traces(r) => r.encode_to_vec(),
             Payload::Metrics(r) => r.encode_to_vec(),
             Payload::Logs(r) => r.encode_to_vec(),
+            Payload::Encoded(e) => e.to_vec(),
+        }
+    }
+
+    /// The payload as protobuf chunks whose concatenation is one export request
+    /// (no copy for encoded payloads).
+    pub fn to_chunks(&self) -> Vec<bytes::Bytes> {
+        match self {
+            Payload::Encoded(e) => e.chunks().to_vec(),
+            other => vec![bytes::Bytes::from(other.encode_to_vec())],
+        }
+    }
+
+    /// The decoded form: encoded payloads are decoded, decoded ones returned as they are.
+    pub fn into_decoded(self) -> Result<Payload, prost::DecodeError> {
+        match self {
+            Payload::Encoded(e) => e.decode(),
+            other => Ok(other),
+        }
+    }
+
+    /// A decoded copy when encoded (for components that read fields), else `self` borrowed.
+    pub fn decoded(&self) -> Result<std::borrow::Cow<'_, Payload>, prost::DecodeError> {
+        match self {
+            Payload::Encoded(e) => e.decode().map(std::borrow::Cow::Owned),
+            other => Ok(std::borrow::Cow::Borrowed(other)),
         }
     }
 
@@ -130,6 +167,23 @@ impl Payload {
     ///
     /// Returns `other` back unchanged when the signals differ.
     pub fn append(&mut self, other: Payload) -> Result<(), Payload> {
+        if self.signal() != other.signal() {
+            return Err(other);
+        }
+        if matches!(self, Payload::Encoded(_)) || matches!(other, Payload::Encoded(_)) {
+            // Concatenated OTLP requests are one request: no decode needed.
+            let signal = self.signal();
+            let mut mine = match std::mem::replace(self, Payload::empty(signal)) {
+                Payload::Encoded(e) => e,
+                typed => Encoded::from_decoded(&typed),
+            };
+            match other {
+                Payload::Encoded(e) => mine.extend(e),
+                typed => mine.extend(Encoded::from_decoded(&typed)),
+            }
+            *self = Payload::Encoded(mine);
+            return Ok(());
+        }
         match (self, other) {
             (Payload::Traces(a), Payload::Traces(b)) => {
                 a.resource_spans.extend(b.resource_spans);
@@ -151,6 +205,19 @@ impl Payload {
     /// structure intact on both sides. Metrics are split at whole metrics, so a part may hold
     /// slightly more than `n` points when one metric has many points.
     pub fn split_off_front(&mut self, n: usize) -> Payload {
+        if let Payload::Encoded(e) = self {
+            match e.split_off_front(n) {
+                Some(front) => return Payload::Encoded(front),
+                None => {
+                    // A single resource entry is larger than `n`: split it decoded.
+                    let signal = e.signal();
+                    match e.decode() {
+                        Ok(d) => *self = d,
+                        Err(_) => return std::mem::replace(self, Payload::empty(signal)),
+                    }
+                }
+            }
+        }
         match self {
             Payload::Traces(r) => Payload::Traces(ExportTraceServiceRequest {
                 resource_spans: split::take_front(&mut r.resource_spans, n, split::SPANS),
@@ -161,6 +228,7 @@ impl Payload {
             Payload::Logs(r) => Payload::Logs(ExportLogsServiceRequest {
                 resource_logs: split::take_front(&mut r.resource_logs, n, split::LOGS),
             }),
+            Payload::Encoded(_) => Payload::empty(self.signal()),
         }
     }
 }

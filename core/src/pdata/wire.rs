@@ -1,0 +1,355 @@
+//! A schema-aware validator for OTLP protobuf that checks and counts without decoding.
+//!
+//! It walks the wire format of an export request against static descriptors of the OTLP
+//! messages: every known field must have its declared wire type, strings must be UTF-8,
+//! nested messages are checked recursively (depth-limited like prost), unknown fields are
+//! skipped by wire type. What it accepts, prost decodes; a test checks that on every
+//! truncation of real requests. It also counts items (spans, data points, log records) and
+//! asks for a full decode when ids have invalid lengths, so that path can reject them item
+//! by item with a partial success.
+
+use super::Signal;
+
+/// What a field holds on the wire.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// varint (ints, bools, enums, sint).
+    Varint,
+    /// 8 bytes (fixed64, sfixed64, double).
+    I64,
+    /// 4 bytes (fixed32).
+    I32,
+    /// length-delimited UTF-8.
+    Str,
+    /// length-delimited bytes.
+    Bytes,
+    /// trace id: 16 bytes or empty.
+    TraceId,
+    /// span id: 8 bytes or empty.
+    SpanId,
+    /// repeated varint, packed or not.
+    Varints,
+    /// repeated 8-byte values, packed or not.
+    I64s,
+    /// a nested message.
+    Msg(&'static Desc),
+}
+
+/// A message descriptor.
+#[derive(Debug)]
+struct Desc {
+    fields: &'static [(u32, Kind)],
+    /// Messages of this type are the signal's items.
+    item: bool,
+}
+
+/// Why a buffer is not a valid OTLP request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Not valid protobuf for the schema.
+    #[error("invalid protobuf: {0}")]
+    Malformed(&'static str),
+    /// Well-formed, but some ids have invalid lengths: decode it to reject those items one by one.
+    #[error("invalid trace or span id length")]
+    NeedsDecode,
+}
+
+const MAX_DEPTH: usize = 100;
+
+macro_rules! desc {
+    ($name:ident, $item:expr, [$(($n:expr, $k:expr)),* $(,)?]) => {
+        static $name: Desc = Desc { fields: &[$(($n, $k)),*], item: $item };
+    };
+}
+
+use Kind::*;
+
+desc!(
+    ANY_VALUE,
+    false,
+    [(1, Str), (2, Varint), (3, Varint), (4, I64), (5, Msg(&ARRAY_VALUE)), (6, Msg(&KV_LIST)), (7, Bytes), (8, Varint)]
+);
+desc!(ARRAY_VALUE, false, [(1, Msg(&ANY_VALUE))]);
+desc!(KV_LIST, false, [(1, Msg(&KEY_VALUE))]);
+desc!(KEY_VALUE, false, [(1, Str), (2, Msg(&ANY_VALUE)), (3, Varint)]);
+desc!(SCOPE, false, [(1, Str), (2, Str), (3, Msg(&KEY_VALUE)), (4, Varint)]);
+desc!(ENTITY_REF, false, [(1, Str), (2, Str), (3, Str), (4, Str)]);
+desc!(RESOURCE, false, [(1, Msg(&KEY_VALUE)), (2, Varint), (3, Msg(&ENTITY_REF))]);
+
+desc!(TRACE_REQUEST, false, [(1, Msg(&RESOURCE_SPANS))]);
+desc!(RESOURCE_SPANS, false, [(1, Msg(&RESOURCE)), (2, Msg(&SCOPE_SPANS)), (3, Str)]);
+desc!(SCOPE_SPANS, false, [(1, Msg(&SCOPE)), (2, Msg(&SPAN)), (3, Str)]);
+desc!(
+    SPAN,
+    true,
+    [
+        (1, TraceId),
+        (2, SpanId),
+        (3, Str),
+        (4, SpanId),
+        (16, I32),
+        (5, Str),
+        (6, Varint),
+        (7, I64),
+        (8, I64),
+        (9, Msg(&KEY_VALUE)),
+        (10, Varint),
+        (11, Msg(&EVENT)),
+        (12, Varint),
+        (13, Msg(&LINK)),
+        (14, Varint),
+        (15, Msg(&STATUS)),
+    ]
+);
+desc!(EVENT, false, [(1, I64), (2, Str), (3, Msg(&KEY_VALUE)), (4, Varint)]);
+desc!(LINK, false, [(1, TraceId), (2, SpanId), (3, Str), (4, Msg(&KEY_VALUE)), (5, Varint), (6, I32)]);
+desc!(STATUS, false, [(1, Varint), (2, Str), (3, Varint)]);
+
+desc!(LOGS_REQUEST, false, [(1, Msg(&RESOURCE_LOGS))]);
+desc!(RESOURCE_LOGS, false, [(1, Msg(&RESOURCE)), (2, Msg(&SCOPE_LOGS)), (3, Str)]);
+desc!(SCOPE_LOGS, false, [(1, Msg(&SCOPE)), (2, Msg(&LOG_RECORD)), (3, Str)]);
+desc!(
+    LOG_RECORD,
+    true,
+    [
+        (1, I64),
+        (11, I64),
+        (2, Varint),
+        (3, Str),
+        (5, Msg(&ANY_VALUE)),
+        (6, Msg(&KEY_VALUE)),
+        (7, Varint),
+        (8, I32),
+        (9, TraceId),
+        (10, SpanId),
+        (12, Str),
+    ]
+);
+
+desc!(METRICS_REQUEST, false, [(1, Msg(&RESOURCE_METRICS))]);
+desc!(RESOURCE_METRICS, false, [(1, Msg(&RESOURCE)), (2, Msg(&SCOPE_METRICS)), (3, Str)]);
+desc!(SCOPE_METRICS, false, [(1, Msg(&SCOPE)), (2, Msg(&METRIC)), (3, Str)]);
+desc!(
+    METRIC,
+    false,
+    [
+        (1, Str),
+        (2, Str),
+        (3, Str),
+        (12, Msg(&KEY_VALUE)),
+        (5, Msg(&GAUGE)),
+        (7, Msg(&SUM)),
+        (9, Msg(&HISTOGRAM)),
+        (10, Msg(&EXP_HISTOGRAM)),
+        (11, Msg(&SUMMARY)),
+    ]
+);
+desc!(GAUGE, false, [(1, Msg(&NUMBER_DP))]);
+desc!(SUM, false, [(1, Msg(&NUMBER_DP)), (2, Varint), (3, Varint)]);
+desc!(HISTOGRAM, false, [(1, Msg(&HISTOGRAM_DP)), (2, Varint)]);
+desc!(EXP_HISTOGRAM, false, [(1, Msg(&EXP_HISTOGRAM_DP)), (2, Varint)]);
+desc!(SUMMARY, false, [(1, Msg(&SUMMARY_DP))]);
+desc!(EXEMPLAR, false, [(7, Msg(&KEY_VALUE)), (2, I64), (3, I64), (6, I64), (4, SpanId), (5, TraceId)]);
+desc!(
+    NUMBER_DP,
+    true,
+    [(7, Msg(&KEY_VALUE)), (2, I64), (3, I64), (4, I64), (6, I64), (5, Msg(&EXEMPLAR)), (8, Varint)]
+);
+desc!(
+    HISTOGRAM_DP,
+    true,
+    [
+        (9, Msg(&KEY_VALUE)),
+        (2, I64),
+        (3, I64),
+        (4, I64),
+        (5, I64),
+        (6, I64s),
+        (7, I64s),
+        (8, Msg(&EXEMPLAR)),
+        (10, Varint),
+        (11, I64),
+        (12, I64),
+    ]
+);
+desc!(BUCKETS, false, [(1, Varint), (2, Varints)]);
+desc!(
+    EXP_HISTOGRAM_DP,
+    true,
+    [
+        (1, Msg(&KEY_VALUE)),
+        (2, I64),
+        (3, I64),
+        (4, I64),
+        (5, I64),
+        (6, Varint),
+        (7, I64),
+        (8, Msg(&BUCKETS)),
+        (9, Msg(&BUCKETS)),
+        (10, Varint),
+        (11, Msg(&EXEMPLAR)),
+        (12, I64),
+        (13, I64),
+        (14, I64),
+    ]
+);
+desc!(
+    SUMMARY_DP,
+    true,
+    [(7, Msg(&KEY_VALUE)), (2, I64), (3, I64), (4, I64), (5, I64), (6, Msg(&QUANTILE)), (8, Varint)]
+);
+desc!(QUANTILE, false, [(1, I64), (2, I64)]);
+
+fn request_desc(signal: Signal) -> &'static Desc {
+    match signal {
+        Signal::Traces => &TRACE_REQUEST,
+        Signal::Metrics => &METRICS_REQUEST,
+        Signal::Logs => &LOGS_REQUEST,
+    }
+}
+
+/// Reads a varint at `*pos`.
+fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, WireError> {
+    let mut v = 0u64;
+    for i in 0..10 {
+        let b = *buf.get(*pos).ok_or(WireError::Malformed("truncated varint"))?;
+        *pos += 1;
+        if i == 9 && b > 1 {
+            return Err(WireError::Malformed("varint overflow"));
+        }
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(WireError::Malformed("varint too long"))
+}
+
+/// Takes `n` bytes at `*pos`.
+fn take<'a>(buf: &'a [u8], pos: &mut usize, n: u64) -> Result<&'a [u8], WireError> {
+    let n = usize::try_from(n).map_err(|_| WireError::Malformed("length overflow"))?;
+    let end = pos.checked_add(n).ok_or(WireError::Malformed("length overflow"))?;
+    let s = buf.get(*pos..end).ok_or(WireError::Malformed("truncated field"))?;
+    *pos = end;
+    Ok(s)
+}
+
+/// Validation state: items counted and whether a full decode is needed.
+struct Walk {
+    items: usize,
+    bad_ids: bool,
+}
+
+impl Walk {
+    fn message(&mut self, desc: &'static Desc, buf: &[u8], depth: usize) -> Result<(), WireError> {
+        if depth > MAX_DEPTH {
+            return Err(WireError::Malformed("recursion limit reached"));
+        }
+        if desc.item {
+            self.items += 1;
+        }
+        let mut pos = 0;
+        while pos < buf.len() {
+            let key = varint(buf, &mut pos)?;
+            let wire = (key & 7) as u8;
+            let field = key >> 3;
+            if field == 0 || field > u64::from(u32::MAX >> 3) {
+                return Err(WireError::Malformed("invalid field number"));
+            }
+            let kind = desc.fields.iter().find(|(n, _)| u64::from(*n) == field).map(|(_, k)| *k);
+            match (kind, wire) {
+                (Some(Varint), 0) | (Some(Varints), 0) | (None, 0) => {
+                    varint(buf, &mut pos)?;
+                }
+                (Some(I64), 1) | (Some(I64s), 1) | (None, 1) => {
+                    take(buf, &mut pos, 8)?;
+                }
+                (Some(I32), 5) | (None, 5) => {
+                    take(buf, &mut pos, 4)?;
+                }
+                (_, 2) => {
+                    let len = varint(buf, &mut pos)?;
+                    let body = take(buf, &mut pos, len)?;
+                    match kind {
+                        Some(Str) => {
+                            std::str::from_utf8(body).map_err(|_| WireError::Malformed("invalid UTF-8 in a string"))?;
+                        }
+                        Some(TraceId) if !(body.is_empty() || body.len() == 16) => self.bad_ids = true,
+                        Some(SpanId) if !(body.is_empty() || body.len() == 8) => self.bad_ids = true,
+                        Some(I64s) if body.len() % 8 != 0 => {
+                            return Err(WireError::Malformed("packed fixed64 length is not a multiple of 8"));
+                        }
+                        Some(Varints) => {
+                            let mut p = 0;
+                            while p < body.len() {
+                                varint(body, &mut p)?;
+                            }
+                        }
+                        Some(Msg(d)) => self.message(d, body, depth + 1)?,
+                        Some(Varint) | Some(I64) | Some(I32) => {
+                            return Err(WireError::Malformed("wire type mismatch"));
+                        }
+                        _ => {}
+                    }
+                }
+                (None, 3) | (None, 4) => return Err(WireError::Malformed("groups are not supported")),
+                (None, _) => return Err(WireError::Malformed("invalid wire type")),
+                (Some(_), _) => return Err(WireError::Malformed("wire type mismatch")),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Validates an encoded export request of `signal` and returns its item count.
+pub fn validate(signal: Signal, buf: &[u8]) -> Result<usize, WireError> {
+    let mut w = Walk { items: 0, bad_ids: false };
+    w.message(request_desc(signal), buf, 0)?;
+    if w.bad_ids {
+        return Err(WireError::NeedsDecode);
+    }
+    Ok(w.items)
+}
+
+/// Splits a validated request into its top-level resource entries, each with its item count.
+/// Every returned range is itself a valid request holding that one entry.
+pub fn resource_entries(signal: Signal, buf: &[u8]) -> Result<Vec<(std::ops::Range<usize>, usize)>, WireError> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < buf.len() {
+        let start = pos;
+        let key = varint(buf, &mut pos)?;
+        let items = if key == (1 << 3 | 2) {
+            let len = varint(buf, &mut pos)?;
+            let body = take(buf, &mut pos, len)?;
+            let desc = match request_desc(signal).fields.first() {
+                Some((_, Msg(d))) => *d,
+                _ => return Err(WireError::Malformed("descriptor")),
+            };
+            let mut w = Walk { items: 0, bad_ids: false };
+            w.message(desc, body, 1)?;
+            w.items
+        } else {
+            // An unknown top-level field: skip it, keeping it with the next entry.
+            match key & 7 {
+                0 => {
+                    varint(buf, &mut pos)?;
+                }
+                1 => {
+                    take(buf, &mut pos, 8)?;
+                }
+                5 => {
+                    take(buf, &mut pos, 4)?;
+                }
+                2 => {
+                    let len = varint(buf, &mut pos)?;
+                    take(buf, &mut pos, len)?;
+                }
+                _ => return Err(WireError::Malformed("invalid wire type")),
+            }
+            0
+        };
+        out.push((start..pos, items));
+    }
+    Ok(out)
+}
