@@ -353,3 +353,214 @@ pub fn resource_entries(signal: Signal, buf: &[u8]) -> Result<Vec<(std::ops::Ran
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, KeyValueList, any_value::Value};
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    use opentelemetry_proto::tonic::metrics::v1::{
+        ExponentialHistogram, ExponentialHistogramDataPoint, Gauge, Histogram, HistogramDataPoint, Metric,
+        NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, Summary, SummaryDataPoint,
+        exponential_histogram_data_point, metric::Data, number_data_point, summary_data_point,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span};
+    use prost::Message;
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+
+    fn attrs() -> Vec<KeyValue> {
+        let kv =
+            |k: &str, v: Value| KeyValue { key: k.into(), value: Some(AnyValue { value: Some(v) }), key_strindex: 0 };
+        vec![
+            kv("s", Value::StringValue("x".into())),
+            kv("i", Value::IntValue(-7)),
+            kv("d", Value::DoubleValue(1.5)),
+            kv("b", Value::BoolValue(true)),
+            kv("y", Value::BytesValue(vec![1, 2, 3])),
+            kv("a", Value::ArrayValue(ArrayValue { values: vec![AnyValue { value: Some(Value::IntValue(1)) }] })),
+            kv("m", Value::KvlistValue(KeyValueList { values: vec![kv("n", Value::StringValue("y".into()))] })),
+        ]
+    }
+
+    fn resource() -> Option<Resource> {
+        Some(Resource { attributes: attrs(), dropped_attributes_count: 1, entity_refs: vec![] })
+    }
+
+    fn traces() -> Vec<u8> {
+        let span = Span {
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            parent_span_id: vec![3; 8],
+            name: "n".into(),
+            kind: 2,
+            start_time_unix_nano: 5,
+            end_time_unix_nano: 6,
+            attributes: attrs(),
+            events: vec![span::Event {
+                time_unix_nano: 1,
+                name: "e".into(),
+                attributes: attrs(),
+                dropped_attributes_count: 0,
+            }],
+            links: vec![span::Link {
+                trace_id: vec![4; 16],
+                span_id: vec![5; 8],
+                attributes: attrs(),
+                ..Default::default()
+            }],
+            status: Some(Status { message: "m".into(), code: 2 }),
+            flags: 0x101,
+            ..Default::default()
+        };
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: resource(),
+                scope_spans: vec![ScopeSpans { spans: vec![span.clone(), span], ..Default::default() }],
+                schema_url: "u".into(),
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    fn metrics() -> Vec<u8> {
+        let ndp = NumberDataPoint {
+            attributes: attrs(),
+            start_time_unix_nano: 1,
+            time_unix_nano: 2,
+            value: Some(number_data_point::Value::AsInt(3)),
+            ..Default::default()
+        };
+        let metric = |data| Metric { name: "m".into(), unit: "s".into(), data: Some(data), ..Default::default() };
+        ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: resource(),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![
+                        metric(Data::Gauge(Gauge { data_points: vec![ndp.clone()] })),
+                        metric(Data::Sum(Sum {
+                            data_points: vec![ndp.clone(), ndp],
+                            aggregation_temporality: 2,
+                            is_monotonic: true,
+                        })),
+                        metric(Data::Histogram(Histogram {
+                            data_points: vec![HistogramDataPoint {
+                                count: 3,
+                                sum: Some(1.0),
+                                bucket_counts: vec![1, 2],
+                                explicit_bounds: vec![0.5],
+                                ..Default::default()
+                            }],
+                            aggregation_temporality: 2,
+                        })),
+                        metric(Data::ExponentialHistogram(ExponentialHistogram {
+                            data_points: vec![ExponentialHistogramDataPoint {
+                                scale: -2,
+                                positive: Some(exponential_histogram_data_point::Buckets {
+                                    offset: -1,
+                                    bucket_counts: vec![1, 300],
+                                }),
+                                ..Default::default()
+                            }],
+                            aggregation_temporality: 1,
+                        })),
+                        metric(Data::Summary(Summary {
+                            data_points: vec![SummaryDataPoint {
+                                quantile_values: vec![summary_data_point::ValueAtQuantile {
+                                    quantile: 0.5,
+                                    value: 2.0,
+                                }],
+                                ..Default::default()
+                            }],
+                        })),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    fn logs() -> Vec<u8> {
+        let rec = LogRecord {
+            time_unix_nano: 1,
+            severity_number: 9,
+            severity_text: "INFO".into(),
+            body: Some(AnyValue { value: Some(Value::StringValue("hello".into())) }),
+            attributes: attrs(),
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            event_name: "ev".into(),
+            ..Default::default()
+        };
+        ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                resource: resource(),
+                scope_logs: vec![ScopeLogs {
+                    log_records: vec![rec.clone(), rec, LogRecord::default()],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    fn prost_ok(signal: Signal, buf: &[u8]) -> bool {
+        match signal {
+            Signal::Traces => ExportTraceServiceRequest::decode(buf).is_ok(),
+            Signal::Metrics => ExportMetricsServiceRequest::decode(buf).is_ok(),
+            Signal::Logs => ExportLogsServiceRequest::decode(buf).is_ok(),
+        }
+    }
+
+    #[test]
+    fn counts_items_of_every_signal() {
+        assert_eq!(validate(Signal::Traces, &traces()), Ok(2));
+        assert_eq!(validate(Signal::Metrics, &metrics()), Ok(6));
+        assert_eq!(validate(Signal::Logs, &logs()), Ok(3));
+        assert_eq!(validate(Signal::Traces, &[]), Ok(0));
+    }
+
+    /// Fuzz-style: random truncations, byte flips, insertions and deletions of real requests.
+    /// Whatever the validator accepts, prost must decode (we never forward undecodable data);
+    /// and what prost decodes, the validator accepts or sends to the decoding path.
+    #[test]
+    fn mutations_never_pass_what_prost_rejects() {
+        let mut rng = StdRng::seed_from_u64(7);
+        for (signal, base) in [(Signal::Traces, traces()), (Signal::Metrics, metrics()), (Signal::Logs, logs())] {
+            for _ in 0..4000 {
+                let mut b = base.clone();
+                for _ in 0..rng.random_range(1..4) {
+                    if b.is_empty() {
+                        break;
+                    }
+                    let i = rng.random_range(0..b.len());
+                    match rng.random_range(0..4) {
+                        0 => b[i] = rng.random(),
+                        1 => b.truncate(i),
+                        2 => b.insert(i, rng.random()),
+                        _ => {
+                            b.remove(i);
+                        }
+                    }
+                }
+                let ours = validate(signal, &b);
+                let theirs = prost_ok(signal, &b);
+                if ours.is_ok() {
+                    assert!(theirs, "{signal}: validator accepted what prost rejects: {b:?}");
+                }
+                if theirs {
+                    assert!(
+                        ours.is_ok() || ours == Err(WireError::NeedsDecode) || b.iter().any(|&x| x & 7 == 3),
+                        "{signal}: validator rejected what prost decodes ({ours:?})"
+                    );
+                }
+            }
+        }
+    }
+}
