@@ -61,6 +61,12 @@ impl Collect {
     fn take(&self) -> Vec<Payload> {
         std::mem::take(&mut *self.got.lock().unwrap())
     }
+    /// The payloads received, in decoded form, and how many arrived undecoded (pass-through).
+    fn take_decoded(&self) -> (Vec<Payload>, usize) {
+        let got = self.take();
+        let encoded = got.iter().filter(|p| matches!(p, Payload::Encoded(_))).count();
+        (got.into_iter().map(|p| p.into_decoded().unwrap()).collect(), encoded)
+    }
     fn refuse(&self, e: Option<ConsumeError>) {
         *self.fail.lock().unwrap() = e;
     }
@@ -159,11 +165,19 @@ fn gzip(b: &[u8]) -> Vec<u8> {
     e.finish().unwrap()
 }
 
+/// reqwest is built without a TLS provider choice; plain-HTTP clients still need one installed.
+fn tls_provider() {
+    // Err means another test installed it first.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 fn http() -> reqwest::Client {
+    tls_provider();
     reqwest::Client::new()
 }
 
 fn h2() -> reqwest::Client {
+    tls_provider();
     reqwest::Client::builder().http2_prior_knowledge().build().unwrap()
 }
 
@@ -183,8 +197,24 @@ async fn raw_grpc(addr: SocketAddr, path: &str, flag: u8, body: &[u8], gzip: boo
     let resp = req.send().await.unwrap();
     let h = resp.headers();
     let code = h.get("grpc-status").expect("trailers-only error answer").to_str().unwrap().parse().unwrap();
-    let msg = h.get("grpc-message").map(|m| m.to_str().unwrap().to_string()).unwrap_or_default();
+    let msg = h.get("grpc-message").map(|m| percent_decode(m.as_bytes())).unwrap_or_default();
     (code, msg)
+}
+
+/// Decodes the %XX escapes of a `grpc-message` header.
+fn percent_decode(b: &[u8]) -> String {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            out.push(u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap(), 16).unwrap());
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
 }
 
 const TRACE_EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
@@ -195,7 +225,8 @@ async fn grpc_gzip_traces_arrive_exactly_and_are_counted() {
     let req = traces(vec![span("a", trace_id()), span("b", trace_id())]);
     let resp = h.trace_client().await.export(req.clone()).await.unwrap().into_inner();
     assert_eq!(resp, ExportTraceServiceResponse { partial_success: None });
-    assert_eq!(h.sink.take(), vec![Payload::Traces(req)]);
+    // Valid protobuf travels on undecoded, and is exactly what was sent.
+    assert_eq!(h.sink.take_decoded(), (vec![Payload::Traces(req)], 1));
     assert_eq!(h.counter("accepted", "spans", "grpc"), 2);
     assert_eq!(h.counter("refused", "spans", "grpc"), 0);
     h.rx.shutdown().await;
@@ -246,7 +277,7 @@ async fn grpc_metrics_and_logs() {
         .unwrap()
         .send_compressed(CompressionEncoding::Gzip);
     lc.export(l.clone()).await.unwrap();
-    assert_eq!(h.sink.take(), vec![Payload::Metrics(m), Payload::Logs(l)]);
+    assert_eq!(h.sink.take_decoded(), (vec![Payload::Metrics(m), Payload::Logs(l)], 2));
     assert_eq!(h.counter("accepted", "metric_points", "grpc"), 2);
     assert_eq!(h.counter("accepted", "log_records", "grpc"), 1);
     h.rx.shutdown().await;
@@ -278,6 +309,10 @@ async fn grpc_malformed_input_is_invalid_argument_and_server_keeps_serving() {
     let (code, msg) = raw_grpc(h.grpc, TRACE_EXPORT, 0, &[0x08, 0x05], false).await;
     assert_eq!(code, Code::InvalidArgument as i32, "{msg}");
     assert!(msg.contains("invalid protobuf"), "{msg}");
+    // A valid request cut short.
+    let full = traces(vec![span("a", trace_id())]).encode_to_vec();
+    let (code, msg) = raw_grpc(h.grpc, TRACE_EXPORT, 0, &full[..full.len() - 5], false).await;
+    assert_eq!(code, Code::InvalidArgument as i32, "{msg}");
     // Compressed flag with a body that is not gzip.
     let (code, msg) = raw_grpc(h.grpc, TRACE_EXPORT, 1, b"not gzip at all", true).await;
     assert_eq!(code, Code::InvalidArgument as i32, "{msg}");
@@ -290,12 +325,62 @@ async fn grpc_malformed_input_is_invalid_argument_and_server_keeps_serving() {
     assert!(ps.error_message.contains("trace_id must be 16 bytes, got 3"), "{}", ps.error_message);
     let got = h.sink.take();
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].item_count(), 1);
+    let Payload::Traces(t) = &got[0] else { panic!("decoded for item-by-item rejection: {got:?}") };
+    assert_eq!(t.resource_spans[0].scope_spans[0].spans[0].name, "ok");
     assert_eq!(h.counter("accepted", "spans", "grpc"), 1);
     assert_eq!(h.counter("refused", "spans", "grpc"), 1);
     // Still serving.
     h.trace_client().await.export(traces(vec![span("c", trace_id())])).await.unwrap();
     assert_eq!(h.counter("accepted", "spans", "grpc"), 2);
+    h.rx.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_optional_ids_are_cleared_not_forwarded() {
+    let mut h = Harness::start().await;
+    // A span link with a short trace id points nowhere: dropped and counted on the span.
+    let mut s = span("with-links", trace_id());
+    s.links = vec![
+        opentelemetry_proto::tonic::trace::v1::span::Link {
+            trace_id: vec![9; 5],
+            span_id: vec![1; 8],
+            ..Default::default()
+        },
+        opentelemetry_proto::tonic::trace::v1::span::Link {
+            trace_id: trace_id(),
+            span_id: vec![1; 8],
+            ..Default::default()
+        },
+    ];
+    let r = h.trace_client().await.export(traces(vec![s])).await.unwrap().into_inner();
+    assert_eq!(r.partial_success, None);
+    // A log record with a short trace id is kept, without trace context.
+    let l = ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![LogRecord { trace_id: vec![1, 2, 3], span_id: vec![1; 8], ..Default::default() }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let r = http()
+        .post(h.url("/v1/logs"))
+        .header("content-type", "application/x-protobuf")
+        .body(l.encode_to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (got, encoded) = h.sink.take_decoded();
+    assert_eq!(encoded, 0, "requests with invalid ids are decoded and cleaned");
+    let Payload::Traces(t) = &got[0] else { panic!("{got:?}") };
+    let span = &t.resource_spans[0].scope_spans[0].spans[0];
+    assert_eq!((span.links.len(), span.dropped_links_count), (1, 1));
+    let Payload::Logs(lr) = &got[1] else { panic!("{got:?}") };
+    let rec = &lr.resource_logs[0].scope_logs[0].log_records[0];
+    assert!(rec.trace_id.is_empty() && rec.span_id.is_empty(), "{rec:?}");
+    assert_eq!(h.counter("accepted", "log_records", "http"), 1);
     h.rx.shutdown().await;
 }
 
@@ -341,7 +426,8 @@ async fn http_protobuf_plain_and_gzip() {
         let resp = ExportTraceServiceResponse::decode(r.bytes().await.unwrap()).unwrap();
         assert_eq!(resp.partial_success, None);
     }
-    assert_eq!(h.sink.take(), vec![Payload::Traces(req.clone()), Payload::Traces(req.clone()), Payload::Traces(req)]);
+    let want = vec![Payload::Traces(req.clone()), Payload::Traces(req.clone()), Payload::Traces(req)];
+    assert_eq!(h.sink.take_decoded(), (want, 3));
     assert_eq!(h.counter("accepted", "spans", "http"), 3);
     h.rx.shutdown().await;
 }
@@ -655,7 +741,8 @@ async fn shutdown_waits_for_in_flight_requests_then_refuses_connections() {
             .await
             .map(|r| r.status())
     });
-    entered.await.unwrap();
+    // A guard against hanging forever if the request never reaches the consumer.
+    tokio::time::timeout(Duration::from_secs(30), entered).await.expect("request reached the consumer").unwrap();
     {
         let shutdown = rx.shutdown();
         tokio::pin!(shutdown);

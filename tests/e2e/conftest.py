@@ -86,7 +86,7 @@ def agents(inferwatch_bin, tmp_path, request, grpc_sink, http_sink):
                 continue
             if rc != 0:
                 problems.append(f"agent {a.name} exited with {rc} after SIGTERM")
-            print(f"agent {a.name} stopped in {a.stop_seconds:.2f}s (exit {rc}); log {a.log_path}")
+            print(f"agent {a.name} stopped in {a.stop_seconds or 0:.2f}s (exit {rc}); log {a.log_path}")
     if problems:
         pytest.fail("; ".join(problems), pytrace=False)
 

@@ -418,3 +418,22 @@ def test_otlphttp_exporter_delivers_exactly(agents, http_sink, encoding):
     # The counter moves once the exporter has read the sink's answer: poll, then check exactly.
     a.wait_metric("otelcol_exporter_sent_spans_total", lambda v: v >= n, exporter="otlphttp/sink")
     assert a.metric("otelcol_exporter_sent_spans_total", exporter="otlphttp/sink") == n
+
+
+def test_debug_exporter_prints_items(agents):
+    """The debug exporter writes what it gets to stdout (captured in the agent's log)."""
+    from support.client import GrpcClient, trace_request
+
+    cfg, ports = make_config({"debug": {"verbosity": "detailed"}}, signals=("traces",))
+    a = agents("agent", cfg, ports)
+    req, ids = trace_request(2, name="debug-visible-span")
+    c = GrpcClient(ports.grpc_endpoint)
+    try:
+        c.export("traces", req)
+    finally:
+        c.close()
+    a.wait_metric("otelcol_exporter_sent_spans_total", lambda v: v == 2, exporter="debug")
+    assert a.stop() == 0
+    out = a.log()
+    assert "debug-visible-span-0" in out and "debug-visible-span-1" in out, out[-2000:]
+    assert ids[0].hex() in out, "detailed verbosity should show span ids"

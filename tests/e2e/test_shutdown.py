@@ -7,6 +7,8 @@ import signal
 import threading
 import time
 
+import requests
+
 from support.agent import free_port, make_config, otlp_exporter
 from support.client import SendLog, pump_grpc
 from support.sink import Behavior
@@ -67,10 +69,22 @@ def test_sigterm_with_dead_downstream_exits_within_timeout(agents):
         c.close()
     a.wait_metric("otelcol_receiver_accepted_spans_total", lambda v: v == 100)
     t0 = time.monotonic()
+    a.send_signal(signal.SIGTERM)
+    # While it drains, the health check must stop saying 200 (503, or no longer listening).
+    health = None
+    while time.monotonic() - t0 < 1.5 and a.running():
+        try:
+            health = requests.get(f"http://127.0.0.1:{ports.health}/", timeout=0.5).status_code
+        except requests.RequestException:
+            health = "down"
+        if health != 200:
+            break
+        time.sleep(0.05)  # polling interval
     rc = a.stop(timeout=15)
     took = time.monotonic() - t0
     assert rc == 0
     assert took <= 2 + 2, f"shutdown with an undeliverable queue took {took:.1f}s (timeout 2s)"
+    assert health != 200, "health_check still answered 200 1.5 s into the shutdown"
     # The loss is reported, not silent.
     assert "could not be delivered" in a.log() or "undelivered" in a.log() or "dropped" in a.log(), a.log()[-2000:]
 

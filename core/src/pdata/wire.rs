@@ -248,6 +248,9 @@ impl Walk {
         if desc.item {
             self.items += 1;
         }
+        // A span must carry both ids (an empty field is absent on the wire).
+        let is_span = std::ptr::eq(desc, &SPAN);
+        let (mut has_trace_id, mut has_span_id) = (false, false);
         let mut pos = 0;
         while pos < buf.len() {
             let key = varint(buf, &mut pos)?;
@@ -276,6 +279,8 @@ impl Walk {
                         }
                         Some(TraceId) if !(body.is_empty() || body.len() == 16) => self.bad_ids = true,
                         Some(SpanId) if !(body.is_empty() || body.len() == 8) => self.bad_ids = true,
+                        Some(TraceId) if field == 1 => has_trace_id = !body.is_empty(),
+                        Some(SpanId) if field == 2 => has_span_id = !body.is_empty(),
                         Some(I64s) if body.len() % 8 != 0 => {
                             return Err(WireError::Malformed("packed fixed64 length is not a multiple of 8"));
                         }
@@ -296,6 +301,9 @@ impl Walk {
                 (None, _) => return Err(WireError::Malformed("invalid wire type")),
                 (Some(_), _) => return Err(WireError::Malformed("wire type mismatch")),
             }
+        }
+        if is_span && !(has_trace_id && has_span_id) {
+            self.bad_ids = true;
         }
         Ok(())
     }
@@ -524,6 +532,16 @@ mod tests {
         assert_eq!(validate(Signal::Metrics, &metrics()), Ok(6));
         assert_eq!(validate(Signal::Logs, &logs()), Ok(3));
         assert_eq!(validate(Signal::Traces, &[]), Ok(0));
+        let no_ids = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![Span { name: "x".into(), ..Default::default() }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        assert_eq!(validate(Signal::Traces, &no_ids.encode_to_vec()), Err(WireError::NeedsDecode));
     }
 
     /// Fuzz-style: random truncations, byte flips, insertions and deletions of real requests.

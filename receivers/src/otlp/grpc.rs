@@ -2,10 +2,12 @@
 //!
 //! The services are written here rather than taken from opentelemetry-proto's generated
 //! servers because those decode with `tonic_prost::ProstCodec`, which answers malformed
-//! protobuf with INTERNAL; OTLP senders must see INVALID_ARGUMENT (not retryable) instead.
+//! protobuf with INTERNAL (OTLP senders must see INVALID_ARGUMENT, not retryable), and
+//! because valid requests travel on as bytes, undecoded.
 
 use super::config::GrpcConfig;
 use super::ingest::{ExportError, Logs, Metrics, OtlpSignal, Sink, Traces};
+use bytes::{Buf, Bytes};
 use inferwatch_core::consumer::RefuseReason;
 use std::convert::Infallible;
 use std::future::Future;
@@ -32,25 +34,26 @@ pub(crate) fn export_status(e: ExportError) -> Status {
             // RetryInfo makes RESOURCE_EXHAUSTED retryable for OTLP senders and sets the delay.
             Status::with_error_details(code, message, ErrorDetails::with_retry_info(Some(retry_after)))
         }
-        ExportError::Permanent(m) => Status::invalid_argument(m),
+        ExportError::Malformed(m) | ExportError::Permanent(m) => Status::invalid_argument(m),
     }
 }
 
-/// Protobuf codec whose decode errors are INVALID_ARGUMENT.
+/// Codec that hands the request message over as bytes (decoded, or passed through, by the
+/// sink, so that malformed protobuf is INVALID_ARGUMENT) and encodes the typed response.
 struct OtlpCodec<S>(PhantomData<fn() -> S>);
 
 impl<S: OtlpSignal> Codec for OtlpCodec<S> {
     type Encode = S::Response;
-    type Decode = S::Request;
+    type Decode = Bytes;
     type Encoder = ProtoEncoder<S::Response>;
-    type Decoder = ProtoDecoder<S::Request>;
+    type Decoder = BytesDecoder;
 
     fn encoder(&mut self) -> Self::Encoder {
         ProtoEncoder(PhantomData)
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProtoDecoder(PhantomData)
+        BytesDecoder
     }
 }
 
@@ -66,15 +69,15 @@ impl<T: prost::Message> Encoder for ProtoEncoder<T> {
     }
 }
 
-/// Decodes a request message.
-struct ProtoDecoder<T>(PhantomData<fn() -> T>);
+/// Takes the (decompressed) request message as it is.
+struct BytesDecoder;
 
-impl<T: prost::Message + Default> Decoder for ProtoDecoder<T> {
-    type Item = T;
+impl Decoder for BytesDecoder {
+    type Item = Bytes;
     type Error = Status;
 
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<T>, Status> {
-        T::decode(src).map(Some).map_err(|e| Status::invalid_argument(format!("invalid protobuf: {e}")))
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }
 
@@ -151,15 +154,15 @@ struct ExportCall<S> {
     _signal: PhantomData<fn() -> S>,
 }
 
-impl<S: OtlpSignal> tonic::server::UnaryService<S::Request> for ExportCall<S> {
+impl<S: OtlpSignal> tonic::server::UnaryService<Bytes> for ExportCall<S> {
     type Response = S::Response;
     type Future = Pin<Box<dyn Future<Output = Result<tonic::Response<S::Response>, Status>> + Send>>;
 
-    fn call(&mut self, req: tonic::Request<S::Request>) -> Self::Future {
+    fn call(&mut self, req: tonic::Request<Bytes>) -> Self::Future {
         let sink = self.sink.clone();
-        Box::pin(
-            async move { sink.export::<S>(req.into_inner()).await.map(tonic::Response::new).map_err(export_status) },
-        )
+        Box::pin(async move {
+            sink.export_protobuf::<S>(req.into_inner()).await.map(tonic::Response::new).map_err(export_status)
+        })
     }
 }
 

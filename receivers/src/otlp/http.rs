@@ -14,7 +14,7 @@ use axum::serve::ListenerExt;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use inferwatch_core::consumer::RefuseReason;
-use prost::Message;
+use prost::Message as _;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -98,7 +98,7 @@ fn export_error_response(enc: Encoding, e: ExportError) -> Response {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
             resp
         }
-        ExportError::Permanent(m) => bad_request(enc, m),
+        ExportError::Malformed(m) | ExportError::Permanent(m) => bad_request(enc, m),
     }
 }
 
@@ -179,20 +179,21 @@ async fn handle<S: OtlpSignal>(sink: Sink, limit: usize, headers: HeaderMap, bod
         }
         Err(e) => return bad_request(enc, e.to_string()),
     };
-    let decoded = match enc {
-        Encoding::Protobuf => S::Request::decode(bytes).map_err(|e| format!("invalid protobuf: {e}")),
-        Encoding::Json => json::decode::<S::Request>(&bytes, S::check_json).map_err(|e| e.to_string()),
+    let result = match enc {
+        Encoding::Protobuf => sink.export_protobuf::<S>(bytes).await,
+        Encoding::Json => match json::decode::<S::Request>(&bytes, S::check_json) {
+            Ok(req) => sink.export::<S>(req).await,
+            Err(e) => Err(ExportError::Malformed(e.to_string())),
+        },
     };
-    let req = match decoded {
-        Ok(r) => r,
-        Err(m) => {
-            tracing::debug!(signal = %S::SIGNAL, error = %m, "otlp receiver got a malformed HTTP request");
-            return bad_request(enc, m);
-        }
-    };
-    match sink.export::<S>(req).await {
+    match result {
         Ok(resp) => success_response::<S>(enc, &resp),
-        Err(e) => export_error_response(enc, e),
+        Err(e) => {
+            if let ExportError::Malformed(m) = &e {
+                tracing::debug!(signal = %S::SIGNAL, error = %m, "otlp receiver got a malformed HTTP request");
+            }
+            export_error_response(enc, e)
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! What both transports share: the per-signal OTLP types, item checks, and handing data to the pipeline.
 
+use bytes::Bytes;
 use inferwatch_core::consumer::{ConsumeError, ConsumerRef, RefuseReason};
-use inferwatch_core::pdata::{Payload, Signal};
+use inferwatch_core::pdata::{Encoded, Payload, Signal};
 use inferwatch_core::telemetry::ReceiverMetrics;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
@@ -12,7 +13,10 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use opentelemetry_proto::tonic::metrics::v1::Exemplar;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::time::Duration;
@@ -44,10 +48,8 @@ pub(crate) trait OtlpSignal: Send + Sync + 'static {
     fn into_payload(req: Self::Request) -> Payload;
     /// Number of resource entries (zero means there is nothing to forward).
     fn resource_count(req: &Self::Request) -> usize;
-    /// Removes invalid items and reports them.
-    fn sanitize(_req: &mut Self::Request) -> Option<Rejected> {
-        None
-    }
+    /// Removes invalid items and reports them; clears or drops invalid optional ids.
+    fn sanitize(req: &mut Self::Request) -> Option<Rejected>;
     /// Builds the response, with a partial success when items were rejected.
     fn response(rejected: Option<Rejected>) -> Self::Response;
     /// Reports values of an OTLP/JSON body that the typed decoding dropped.
@@ -90,8 +92,11 @@ impl OtlpSignal for Traces {
             let had_scopes = !rs.scope_spans.is_empty();
             rs.scope_spans.retain_mut(|ss| {
                 let had_spans = !ss.spans.is_empty();
-                ss.spans.retain(|s| match span_problem(s) {
-                    None => true,
+                ss.spans.retain_mut(|s| match span_problem(s) {
+                    None => {
+                        drop_invalid_links(s);
+                        true
+                    }
                     Some(why) => {
                         count += 1;
                         first.get_or_insert(why);
@@ -120,19 +125,36 @@ fn span_problem(s: &Span) -> Option<String> {
     if s.trace_id.len() != 16 {
         return Some(format!("span {name:?}: trace_id must be 16 bytes, got {}", s.trace_id.len()));
     }
-    if s.trace_id.iter().all(|b| *b == 0) {
-        return Some(format!("span {name:?}: trace_id must not be all zeros"));
-    }
     if s.span_id.len() != 8 {
         return Some(format!("span {name:?}: span_id must be 8 bytes, got {}", s.span_id.len()));
-    }
-    if s.span_id.iter().all(|b| *b == 0) {
-        return Some(format!("span {name:?}: span_id must not be all zeros"));
     }
     if !s.parent_span_id.is_empty() && s.parent_span_id.len() != 8 {
         return Some(format!("span {name:?}: parent_span_id must be empty or 8 bytes, got {}", s.parent_span_id.len()));
     }
     None
+}
+
+/// Whether an optional id is absent or of its exact length.
+fn optional_id_ok(id: &[u8], len: usize) -> bool {
+    id.is_empty() || id.len() == len
+}
+
+/// Drops links whose ids have invalid lengths (they point nowhere), counting them as dropped.
+fn drop_invalid_links(s: &mut Span) {
+    let before = s.links.len();
+    s.links.retain(|l| l.trace_id.len() == 16 && l.span_id.len() == 8);
+    let dropped = u32::try_from(before - s.links.len()).unwrap_or(u32::MAX);
+    s.dropped_links_count = s.dropped_links_count.saturating_add(dropped);
+}
+
+/// Clears exemplar ids of invalid lengths: the exemplar then has no trace context, as OTLP says.
+fn clear_invalid_exemplar_ids(exemplars: &mut [Exemplar]) {
+    for e in exemplars {
+        if !optional_id_ok(&e.trace_id, 16) || !optional_id_ok(&e.span_id, 8) {
+            e.trace_id.clear();
+            e.span_id.clear();
+        }
+    }
 }
 
 impl OtlpSignal for Metrics {
@@ -147,6 +169,29 @@ impl OtlpSignal for Metrics {
 
     fn resource_count(req: &Self::Request) -> usize {
         req.resource_metrics.len()
+    }
+
+    fn sanitize(req: &mut Self::Request) -> Option<Rejected> {
+        let metrics =
+            req.resource_metrics.iter_mut().flat_map(|r| r.scope_metrics.iter_mut()).flat_map(|s| s.metrics.iter_mut());
+        for m in metrics {
+            match &mut m.data {
+                Some(Data::Gauge(g)) => {
+                    g.data_points.iter_mut().for_each(|p| clear_invalid_exemplar_ids(&mut p.exemplars))
+                }
+                Some(Data::Sum(g)) => {
+                    g.data_points.iter_mut().for_each(|p| clear_invalid_exemplar_ids(&mut p.exemplars))
+                }
+                Some(Data::Histogram(g)) => {
+                    g.data_points.iter_mut().for_each(|p| clear_invalid_exemplar_ids(&mut p.exemplars))
+                }
+                Some(Data::ExponentialHistogram(g)) => {
+                    g.data_points.iter_mut().for_each(|p| clear_invalid_exemplar_ids(&mut p.exemplars))
+                }
+                Some(Data::Summary(_)) | None => {}
+            }
+        }
+        None
     }
 
     fn check_json(v: &serde_json::Value, req: &Self::Request) -> Result<(), String> {
@@ -177,6 +222,19 @@ impl OtlpSignal for Logs {
         req.resource_logs.len()
     }
 
+    fn sanitize(req: &mut Self::Request) -> Option<Rejected> {
+        // Invalid ids mean "not associated with a trace" for a log record (OTLP); clear them.
+        let records =
+            req.resource_logs.iter_mut().flat_map(|r| r.scope_logs.iter_mut()).flat_map(|s| s.log_records.iter_mut());
+        for l in records {
+            if !optional_id_ok(&l.trace_id, 16) || !optional_id_ok(&l.span_id, 8) {
+                l.trace_id.clear();
+                l.span_id.clear();
+            }
+        }
+        None
+    }
+
     fn response(rejected: Option<Rejected>) -> Self::Response {
         ExportLogsServiceResponse {
             partial_success: rejected
@@ -188,6 +246,9 @@ impl OtlpSignal for Logs {
 /// Why an export was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ExportError {
+    /// The request could not be decoded.
+    #[error("{0}")]
+    Malformed(String),
     /// The pipeline cannot take the data now; the sender should retry after `retry_after`.
     #[error("{message}")]
     Refused {
@@ -230,7 +291,26 @@ impl Sink {
         Sink { consumer, metrics, transport }
     }
 
-    /// Checks `req`, forwards its valid items and answers as OTLP requires.
+    /// Takes a protobuf export request: valid bytes travel undecoded ([`Encoded`]); requests
+    /// with invalid ids, or that the wire check refuses, are decoded and handled item by item.
+    pub(crate) async fn export_protobuf<S: OtlpSignal>(&self, body: Bytes) -> Result<S::Response, ExportError> {
+        match Encoded::new(S::SIGNAL, body.clone()) {
+            Ok(enc) => {
+                if enc.byte_len() > 0 {
+                    self.forward(S::SIGNAL, Payload::Encoded(enc)).await?;
+                }
+                Ok(S::response(None))
+            }
+            // prost decides (and words the error) whenever the wire check is not satisfied.
+            Err(_) => {
+                let req =
+                    S::Request::decode(body).map_err(|e| ExportError::Malformed(format!("invalid protobuf: {e}")))?;
+                self.export::<S>(req).await
+            }
+        }
+    }
+
+    /// Checks a decoded request, forwards its valid items and answers as OTLP requires.
     pub(crate) async fn export<S: OtlpSignal>(&self, mut req: S::Request) -> Result<S::Response, ExportError> {
         let rejected = S::sanitize(&mut req);
         if let Some(r) = &rejected {
@@ -239,19 +319,26 @@ impl Sink {
                 "otlp receiver rejected invalid items");
         }
         if S::resource_count(&req) > 0 {
-            let payload = S::into_payload(req);
-            let n = payload.item_count();
-            match self.consumer.consume(payload).await {
-                Ok(()) => self.metrics.accepted(S::SIGNAL, n),
-                Err(e) => {
-                    self.metrics.refused(S::SIGNAL, n);
-                    tracing::debug!(transport = self.transport, signal = %S::SIGNAL, items = n, error = %e,
-                        "otlp receiver could not push data into the pipeline");
-                    return Err(e.into());
-                }
-            }
+            self.forward(S::SIGNAL, S::into_payload(req)).await?;
         }
         Ok(S::response(rejected))
+    }
+
+    /// Hands a payload to the pipeline and counts its items as accepted or refused.
+    async fn forward(&self, signal: Signal, payload: Payload) -> Result<(), ExportError> {
+        let n = payload.item_count();
+        match self.consumer.consume(payload).await {
+            Ok(()) => {
+                self.metrics.accepted(signal, n);
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.refused(signal, n);
+                tracing::debug!(transport = self.transport, %signal, items = n, error = %e,
+                    "otlp receiver could not push data into the pipeline");
+                Err(e.into())
+            }
+        }
     }
 }
 
@@ -289,6 +376,33 @@ mod tests {
         // The originally empty scope stays; the emptied one is gone.
         assert_eq!(req.resource_spans[0].scope_spans.len(), 2);
         assert_eq!(Payload::Traces(req).item_count(), 1);
+    }
+
+    #[test]
+    fn exemplar_ids_of_invalid_length_are_cleared() {
+        use opentelemetry_proto::tonic::metrics::v1::{Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics};
+        let ex = |t: usize, s: usize| Exemplar { trace_id: vec![1; t], span_id: vec![2; s], ..Default::default() };
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        data: Some(Data::Gauge(Gauge {
+                            data_points: vec![NumberDataPoint {
+                                exemplars: vec![ex(16, 8), ex(3, 8), ex(0, 0)],
+                                ..Default::default()
+                            }],
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        assert_eq!(Metrics::sanitize(&mut req), None);
+        let Some(Data::Gauge(g)) = &req.resource_metrics[0].scope_metrics[0].metrics[0].data else { panic!() };
+        let lens: Vec<_> = g.data_points[0].exemplars.iter().map(|e| (e.trace_id.len(), e.span_id.len())).collect();
+        assert_eq!(lens, vec![(16, 8), (0, 0), (0, 0)]);
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! Refusals from the pipeline become RESOURCE_EXHAUSTED / UNAVAILABLE with `RetryInfo`
 //! (gRPC) or 429 / 503 with `Retry-After` (HTTP); malformed requests become
 //! INVALID_ARGUMENT / 400 with the reason; spans with invalid ids are dropped and reported
-//! in a partial success.
+//! in a partial success. Valid protobuf requests (gRPC and HTTP) pass on undecoded as
+//! `Payload::Encoded` after a wire check; OTLP/JSON and requests with invalid ids are decoded.
 
 pub mod config;
 mod grpc;

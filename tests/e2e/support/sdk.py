@@ -12,7 +12,12 @@ from typing import Any
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, InMemoryLogExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, SimpleLogRecordProcessor
+
+try:  # renamed in newer SDKs
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter as InMemoryLogExporter
+except ImportError:  # pragma: no cover
+    from opentelemetry.sdk._logs.export import InMemoryLogExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import http.server
 import json
+import random
 import threading
 import time
 from concurrent import futures
@@ -67,7 +68,10 @@ class Behavior:
     fail_code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
     always: Optional[grpc.StatusCode] = None  # answer this code to every request
     delay_s: float = 0.0  # sleep before answering each request
+    fail_ratio: float = 0.0  # answer `fail_code` to this share of requests (seeded, reproducible)
+    seed: int = 1234
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _rng: Any = None
     _seen: int = 0
     _started: float = field(default_factory=time.monotonic)
 
@@ -81,6 +85,11 @@ class Behavior:
                 return self.fail_code, delay
             if self.fail_for_s and time.monotonic() - self._started < self.fail_for_s:
                 return self.fail_code, delay
+            if self.fail_ratio:
+                if self._rng is None:
+                    self._rng = random.Random(self.seed)
+                if self._rng.random() < self.fail_ratio:
+                    return self.fail_code, delay
             return None, delay
 
 
