@@ -105,7 +105,7 @@ fi
 if [[ $E2E -eq 1 ]]; then
     step "python venv + requirements" ensure_venv
     step "cargo build --release" cargo build --release --bin inferwatch
-    export INFERWATCH_BIN="$ROOT/target/release/inferwatch"
+    export INFERWATCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/inferwatch"
     PYTEST_FLAGS=(-v --durations=10)
     [[ ${#PYTEST_ARGS[@]} -gt 0 ]] && PYTEST_FLAGS+=("${PYTEST_ARGS[@]}")
     step "pytest tests/e2e" "$VENV/bin/python" -m pytest tests/e2e "${PYTEST_FLAGS[@]}"

@@ -9,7 +9,14 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Returns mimalloc's free pages to the system (used by the memory limiter).
+fn release_free_memory() {
+    // SAFETY: mi_collect has no preconditions; `true` forces freeing of all unused memory.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
 fn main() -> ExitCode {
+    inferwatch_core::telemetry::process::set_memory_releaser(release_free_memory);
     let cli = cli::Cli::parse();
     let level = cli.log_level;
     match cli.command.unwrap_or_default() {

@@ -141,7 +141,10 @@ async fn wait_for(c: &Captured, what: impl Fn(&Captured) -> bool) {
     .expect("data did not arrive in time");
 }
 
-fn span_names(c: &Captured) -> Vec<(String, Vec<u8>, Vec<u8>, Vec<(String, String)>, String)> {
+/// A received span: name, trace id, span id, attributes (debug-printed), resource service.name.
+type SeenSpan = (String, Vec<u8>, Vec<u8>, Vec<(String, String)>, String);
+
+fn span_names(c: &Captured) -> Vec<SeenSpan> {
     let mut out = Vec::new();
     for req in c.traces.lock().unwrap().iter() {
         for rs in &req.resource_spans {

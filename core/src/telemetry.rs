@@ -288,6 +288,34 @@ pub mod process {
         pub cpu_seconds: f64,
     }
 
+    use std::sync::OnceLock;
+
+    static RELEASER: OnceLock<fn()> = OnceLock::new();
+
+    /// Registers how to hand free memory back to the system (the binary's allocator knows how).
+    pub fn set_memory_releaser(f: fn()) {
+        let _ = RELEASER.set(f);
+    }
+
+    /// Asks the allocator to return free memory to the system: the registered releaser, or
+    /// glibc's `malloc_trim` when none is registered.
+    pub fn release_free_memory() {
+        if let Some(f) = RELEASER.get() {
+            f();
+            return;
+        }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        {
+            unsafe extern "C" {
+                fn malloc_trim(pad: usize) -> i32;
+            }
+            // SAFETY: malloc_trim has no preconditions; it only releases free heap pages.
+            unsafe {
+                malloc_trim(0);
+            }
+        }
+    }
+
     /// Resident set size in bytes from /proc/self/statm, if readable.
     pub fn rss_bytes() -> Option<u64> {
         let statm = std::fs::read_to_string("/proc/self/statm").ok()?;

@@ -1,10 +1,10 @@
 //! Processor `memory_limiter`: refuses new data while the process's memory is above the soft limit.
 //!
 //! Every `check_interval` it reads the resident set size. Above the soft limit
-//! (`limit - spike_limit`) each `consume` is refused with a retryable
+//! (`limit - spike_limit`) it first asks the allocator to return free memory to the system and
+//! measures again; if still above, each `consume` is refused with a retryable
 //! [`RefuseReason::MemoryLimit`] (gRPC RESOURCE_EXHAUSTED / HTTP 429 at the receiver); once
-//! memory falls below the soft limit, data flows again. Above the hard limit it also asks the
-//! allocator to return free memory to the system.
+//! memory falls below the soft limit, data flows again.
 
 use async_trait::async_trait;
 use inferwatch_core::component::{
@@ -166,7 +166,12 @@ impl MemoryLimiter {
 }
 
 fn check_once(state: &State, limits: Limits, probe: &(dyn Fn() -> u64 + Send + Sync), id: &str) -> u64 {
-    let rss = probe();
+    let mut rss = probe();
+    if rss > limits.soft {
+        // Freed memory may still be held by the allocator: hand it back, then measure again.
+        process::release_free_memory();
+        rss = probe();
+    }
     state.last_rss.store(rss, Ordering::Relaxed);
     let was = state.refusing.load(Ordering::Relaxed);
     let now = rss > limits.soft;
@@ -179,24 +184,7 @@ fn check_once(state: &State, limits: Limits, probe: &(dyn Fn() -> u64 + Send + S
             tracing::info!(processor = %id, rss_mib = rss / MIB, "memory usage back within limits; accepting data");
         }
     }
-    if rss > limits.hard {
-        release_free_memory();
-    }
     rss
-}
-
-/// Asks glibc's allocator to return free pages (a no-op under other allocators).
-fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        unsafe extern "C" {
-            fn malloc_trim(pad: usize) -> i32;
-        }
-        // SAFETY: malloc_trim has no preconditions; it only releases free heap pages.
-        unsafe {
-            malloc_trim(0);
-        }
-    }
 }
 
 #[async_trait]

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from pathlib import Path
 
@@ -135,5 +134,3 @@ def run_cli(inferwatch_bin, tmp_path):
 
     return run
 
-
-__all__ = ["signal"]

@@ -158,3 +158,30 @@ def test_gzip_grpc_and_http_accepted(agent_and_sink):
     r = http_post(a.ports.http_url, "traces", req2, gz=True)
     assert r.status_code == 200, r.text
     sink.wait_span_ids(ids + ids2)
+
+
+def test_oversized_requests_are_refused(agents, grpc_sink):
+    """max_recv_msg_size_mib (gRPC) and max_request_body_size (HTTP, after decompression)."""
+    from support.agent import Ports
+
+    sink = grpc_sink()
+    ports = Ports()
+    cfg, _ = make_config({"otlp/sink": otlp_exporter(sink.endpoint)}, ports=ports)
+    cfg["receivers"]["otlp"]["protocols"]["grpc"]["max_recv_msg_size_mib"] = 1
+    cfg["receivers"]["otlp"]["protocols"]["http"]["max_request_body_size"] = 1024 * 1024
+    a = agents("agent", cfg, ports)
+    big, _ = trace_request(3, payload_bytes=600 * 1024)  # ~1.8 MB
+    r = http_post(a.ports.http_url, "traces", big, gz=True)  # small on the wire, big once inflated
+    assert r.status_code == 413, (r.status_code, r.text)
+    assert reason(r)
+    good_request_still_works(a, sink)
+    c = GrpcClient(ports.grpc_endpoint)
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            c.export("traces", big)
+        # gRPC's status code table: a message larger than the configured limit is RESOURCE_EXHAUSTED.
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (err.value.code(), err.value.details())
+    finally:
+        c.close()
+    good_request_still_works(a, sink, via="grpc")
+    assert sink.item_count("traces") == 6

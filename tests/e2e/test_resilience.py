@@ -6,9 +6,10 @@ import collections
 import time
 
 import grpc
+import pytest
 
 from support import otlp
-from support.agent import free_port, make_config, otlp_exporter
+from support.agent import free_port, make_config, otlp_exporter, otlphttp_exporter
 from support.client import GrpcClient, trace_request
 from support.sink import Behavior
 
@@ -51,11 +52,19 @@ def test_downstream_outage_then_recovery_delivers_every_accepted_span(agents, gr
     assert a.metric("otelcol_exporter_send_failed_spans_total") == 0
 
 
-def test_permanent_rejection_is_counted_and_not_retried(agents, grpc_sink):
-    """INVALID_ARGUMENT from downstream: items counted as failed, each request sent once."""
+@pytest.mark.parametrize("kind", ["otlp", "otlphttp"])
+def test_permanent_rejection_is_counted_and_not_retried(agents, grpc_sink, http_sink, kind):
+    """INVALID_ARGUMENT / HTTP 400 from downstream: items counted as failed, each request sent once."""
     behavior = Behavior(always=grpc.StatusCode.INVALID_ARGUMENT)
-    sink = grpc_sink(behavior)
-    cfg, ports = make_config({"otlp/sink": otlp_exporter(sink.endpoint)}, signals=("traces",))
+    if kind == "otlp":
+        sink = grpc_sink(behavior)
+        exporter = otlp_exporter(sink.endpoint)
+    else:
+        sink = http_sink(behavior)
+        exporter = otlphttp_exporter(sink.endpoint)
+    cfg, ports = make_config({"otlp/sink": exporter} if kind == "otlp" else {"otlphttp/sink": exporter},
+                             signals=("traces",))
+    name = f"{kind}/sink"
     a = agents("agent", cfg, ports)
     client = GrpcClient(ports.grpc_endpoint)
     sent: list[bytes] = []
@@ -64,7 +73,7 @@ def test_permanent_rejection_is_counted_and_not_retried(agents, grpc_sink):
             req, ids = trace_request(10, name="rejected")
             client.export("traces", req)  # the agent accepts; downstream rejects later
             sent.extend(ids)
-        a.wait_metric("otelcol_exporter_send_failed_spans_total", lambda v: v >= 30, exporter="otlp/sink")
+        a.wait_metric("otelcol_exporter_send_failed_spans_total", lambda v: v >= 30, exporter=name)
         # Now downstream accepts; a sentinel span shows when the exporter has moved on. Had the
         # rejected spans been retried, they would now be delivered too.
         with behavior.lock:
@@ -80,9 +89,9 @@ def test_permanent_rejection_is_counted_and_not_retried(agents, grpc_sink):
     resent = {sid: n for sid, n in seen.items() if sid in set(sent) and n > 1}
     assert not resent, f"{len(resent)} rejected spans were sent more than once (retried a permanent error)"
     assert set(sink.span_ids()) == set(sentinel), "rejected spans were delivered later"
-    assert a.metric("otelcol_exporter_send_failed_spans_total", exporter="otlp/sink") == 30
-    a.wait_metric("otelcol_exporter_sent_spans_total", lambda v: v >= 1, exporter="otlp/sink")
-    assert a.metric("otelcol_exporter_sent_spans_total", exporter="otlp/sink") == 1
+    assert a.metric("otelcol_exporter_send_failed_spans_total", exporter=name) == 30
+    a.wait_metric("otelcol_exporter_sent_spans_total", lambda v: v >= 1, exporter=name)
+    assert a.metric("otelcol_exporter_sent_spans_total", exporter=name) == 1
 
 
 def test_dead_exporter_does_not_block_live_one(agents, grpc_sink):
@@ -112,3 +121,29 @@ def test_dead_exporter_does_not_block_live_one(agents, grpc_sink):
     assert a.metric("otelcol_receiver_refused_spans_total") == 0
     # The dead exporter holds its data (queued or retrying), and the agent still reports healthy.
     assert a.health() == 200
+
+
+@pytest.mark.parametrize("kind", ["otlp", "otlphttp"])
+def test_server_retry_delay_replaces_backoff(agents, grpc_sink, http_sink, kind):
+    """Downstream says "retry in 2 s" (gRPC RetryInfo / HTTP Retry-After): the exporter waits that
+    long instead of its 100 ms back-off, then delivers."""
+    behavior = Behavior(fail_first=1, retry_after_s=2)
+    if kind == "otlp":
+        sink = grpc_sink(behavior)
+        exporter = otlp_exporter(sink.endpoint)
+    else:
+        sink = http_sink(behavior)
+        exporter = otlphttp_exporter(sink.endpoint)
+    cfg, ports = make_config({f"{kind}/sink": exporter}, signals=("traces",))
+    agents("agent", cfg, ports)
+    req, ids = trace_request(3, name="retry-after")
+    c = GrpcClient(ports.grpc_endpoint)
+    try:
+        c.export("traces", req)
+    finally:
+        c.close()
+    sink.wait_span_ids(ids)
+    attempts = [at for at in sink.snapshot() if at.signal == "traces"]
+    assert [at.ok for at in attempts] == [False, True], sink.summary()
+    gap = attempts[1].at - attempts[0].at
+    assert 1.8 <= gap <= 6, f"retried after {gap:.2f}s; the server asked for 2s"

@@ -106,3 +106,25 @@ def test_sigint_is_a_graceful_stop_too(agents, grpc_sink):
     assert rc == 0
     assert sink.item_count("logs") == 7, "the batch buffer was not flushed on shutdown"
     assert a.stop_seconds < 5, f"took {a.stop_seconds:.1f}s"
+
+
+def test_port_in_use_fails_start_loudly(agents):
+    """A receiver that cannot bind stops the agent with a non-zero exit and names the address."""
+    import socket
+
+    from support.agent import Ports
+
+    ports = Ports()
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", ports.grpc))
+    blocker.listen()
+    try:
+        cfg, _ = make_config({"debug": {}}, ports=ports, signals=("traces",))
+        a = agents("agent", cfg, ports, start=False)
+        a.start(wait=False)
+        rc = a.proc.wait(20)
+    finally:
+        blocker.close()
+    assert rc not in (0, None), a.log()
+    assert rc != 2, "exit 2 is for configuration errors"
+    assert f"127.0.0.1:{ports.grpc}" in a.log(), a.log()

@@ -202,8 +202,7 @@ impl Payload {
     }
 
     /// Removes and returns the first `n` items (or all if fewer), keeping resource and scope
-    /// structure intact on both sides. Metrics are split at whole metrics, so a part may hold
-    /// slightly more than `n` points when one metric has many points.
+    /// structure intact on both sides. A metric with more points than fit is split by points.
     pub fn split_off_front(&mut self, n: usize) -> Payload {
         if let Payload::Encoded(e) = self {
             match e.split_off_front(n) {
@@ -259,6 +258,8 @@ mod split {
         pub weight: fn(&I) -> usize,
         pub shell_r: fn(&R) -> R,
         pub shell_s: fn(&S) -> S,
+        /// Moves the first `n` units of an item into a new item (metrics: data points).
+        pub split_item: Option<fn(&mut I, usize) -> I>,
     }
 
     pub const SPANS: Shape<ResourceSpans, ScopeSpans, Span> = Shape {
@@ -271,6 +272,7 @@ mod split {
             schema_url: r.schema_url.clone(),
         },
         shell_s: |s| ScopeSpans { scope: s.scope.clone(), spans: Vec::new(), schema_url: s.schema_url.clone() },
+        split_item: None,
     };
 
     pub const METRICS: Shape<ResourceMetrics, ScopeMetrics, Metric> = Shape {
@@ -283,7 +285,43 @@ mod split {
             schema_url: r.schema_url.clone(),
         },
         shell_s: |s| ScopeMetrics { scope: s.scope.clone(), metrics: Vec::new(), schema_url: s.schema_url.clone() },
+        split_item: Some(split_metric),
     };
+
+    /// Moves the first `n` data points of `m` into a new metric with the same identity.
+    fn split_metric(m: &mut Metric, n: usize) -> Metric {
+        use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+        use opentelemetry_proto::tonic::metrics::v1::{ExponentialHistogram, Gauge, Histogram, Sum, Summary};
+        fn front<T>(v: &mut Vec<T>, n: usize) -> Vec<T> {
+            let rest = v.split_off(n.min(v.len()));
+            std::mem::replace(v, rest)
+        }
+        let data = match &mut m.data {
+            Some(Data::Gauge(g)) => Some(Data::Gauge(Gauge { data_points: front(&mut g.data_points, n) })),
+            Some(Data::Sum(s)) => Some(Data::Sum(Sum {
+                data_points: front(&mut s.data_points, n),
+                aggregation_temporality: s.aggregation_temporality,
+                is_monotonic: s.is_monotonic,
+            })),
+            Some(Data::Histogram(h)) => Some(Data::Histogram(Histogram {
+                data_points: front(&mut h.data_points, n),
+                aggregation_temporality: h.aggregation_temporality,
+            })),
+            Some(Data::ExponentialHistogram(h)) => Some(Data::ExponentialHistogram(ExponentialHistogram {
+                data_points: front(&mut h.data_points, n),
+                aggregation_temporality: h.aggregation_temporality,
+            })),
+            Some(Data::Summary(s)) => Some(Data::Summary(Summary { data_points: front(&mut s.data_points, n) })),
+            None => None,
+        };
+        Metric {
+            name: m.name.clone(),
+            description: m.description.clone(),
+            unit: m.unit.clone(),
+            metadata: m.metadata.clone(),
+            data,
+        }
+    }
 
     pub const LOGS: Shape<ResourceLogs, ScopeLogs, LogRecord> = Shape {
         scopes: |r| &mut r.scope_logs,
@@ -295,6 +333,7 @@ mod split {
             schema_url: r.schema_url.clone(),
         },
         shell_s: |s| ScopeLogs { scope: s.scope.clone(), log_records: Vec::new(), schema_url: s.schema_url.clone() },
+        split_item: None,
     };
 
     /// Moves up to `n` items (by weight) from the front of `src` into a new vector.
@@ -324,13 +363,23 @@ mod split {
                 let mut new_s = (shape.shell_s)(s);
                 let items = (shape.items)(s);
                 let mut k = 0;
+                let mut part = None;
                 while k < items.len() && left > 0 {
                     let w = (shape.weight)(&items[k]);
+                    if w > left
+                        && let Some(split) = shape.split_item
+                    {
+                        // One item larger than what is left: take part of it.
+                        part = Some(split(&mut items[k], left));
+                        left = 0;
+                        break;
+                    }
                     k += 1;
                     left = left.saturating_sub(w);
                 }
                 let rest = items.split_off(k);
-                let taken = std::mem::replace(items, rest);
+                let mut taken = std::mem::replace(items, rest);
+                taken.extend(part);
                 *(shape.items)(&mut new_s) = taken;
                 (shape.scopes)(&mut new_r).push(new_s);
             }
@@ -399,6 +448,43 @@ mod tests {
             assert_eq!(r.resource_spans.len(), 1);
             assert_eq!(r.resource_spans[0].scope_spans.len(), 2);
         }
+    }
+
+    #[test]
+    fn split_divides_one_big_metric_by_points() {
+        use opentelemetry_proto::tonic::metrics::v1::{
+            Gauge, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric::Data,
+        };
+        let points = (0..25).map(|i| NumberDataPoint { time_unix_nano: i, ..Default::default() }).collect();
+        let mut p = Payload::Metrics(ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: "g".into(),
+                        unit: "1".into(),
+                        data: Some(Data::Gauge(Gauge { data_points: points })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        });
+        let mut sizes = Vec::new();
+        let mut times = Vec::new();
+        while p.item_count() > 0 {
+            let part = p.split_off_front(10);
+            sizes.push(part.item_count());
+            if let Payload::Metrics(r) = part {
+                let m = &r.resource_metrics[0].scope_metrics[0].metrics[0];
+                assert_eq!((m.name.as_str(), m.unit.as_str()), ("g", "1"));
+                if let Some(Data::Gauge(g)) = &m.data {
+                    times.extend(g.data_points.iter().map(|d| d.time_unix_nano));
+                }
+            }
+        }
+        assert_eq!(sizes, vec![10, 10, 5]);
+        assert_eq!(times, (0..25).collect::<Vec<_>>());
     }
 
     #[test]

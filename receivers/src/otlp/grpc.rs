@@ -119,7 +119,15 @@ fn client_fault_as_invalid_argument(resp: http::Response<tonic::body::Body>) -> 
             || m.starts_with("Unexpected EOF")
             || m.starts_with("Missing request message")
             || m.starts_with("protocol error"));
-    if client_fault { Status::invalid_argument(format!("malformed request: {m}")).into_http() } else { resp }
+    if client_fault {
+        return Status::invalid_argument(format!("malformed request: {m}")).into_http();
+    }
+    // tonic reports a message over max_recv_msg_size_mib as OUT_OF_RANGE; gRPC's status table
+    // (and otelcol) say RESOURCE_EXHAUSTED.
+    if status.code() == Code::OutOfRange && m.contains("message length too large") {
+        return Status::resource_exhausted(format!("request too large: {m}")).into_http();
+    }
+    resp
 }
 
 impl<S: OtlpSignal> tower::Service<http::Request<tonic::body::Body>> for ExportService<S> {

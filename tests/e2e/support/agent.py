@@ -237,7 +237,9 @@ class Agent:
         raise AssertionError(f"agent {self.name} not ready after {timeout}s ({last}):\n{self.log()}")
 
     def _has_health(self) -> bool:
-        return "health_check" in self.config_path.read_text()
+        """Whether the config enables a health_check served at `/` on ports.health."""
+        text = self.config_path.read_text()
+        return self.ports is not None and f"127.0.0.1:{self.ports.health}" in text and "health_check:" in text
 
     def _ports_open(self) -> bool:
         if self.ports is None:

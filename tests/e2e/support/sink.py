@@ -68,6 +68,7 @@ class Behavior:
     fail_code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
     always: Optional[grpc.StatusCode] = None  # answer this code to every request
     delay_s: float = 0.0  # sleep before answering each request
+    retry_after_s: Optional[int] = None  # with a scripted failure: RetryInfo (gRPC) / Retry-After (HTTP)
     fail_ratio: float = 0.0  # answer `fail_code` to this share of requests (seeded, reproducible)
     seed: int = 1234
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -167,6 +168,16 @@ class Recorder:
         return sum(a.items for a in self.attempts if a.ok and a.signal == signal)
 
 
+def _status_with_retry_info(code: grpc.StatusCode, seconds: int) -> bytes:
+    """A serialized google.rpc.Status carrying a RetryInfo detail."""
+    from google.protobuf import duration_pb2
+    from google.rpc import error_details_pb2, status_pb2
+
+    st = status_pb2.Status(code=code.value[0], message=f"sink scripted {code.name}")
+    st.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=seconds)))
+    return st.SerializeToString()
+
+
 class _Sink:
     def __init__(self, behavior: Optional[Behavior] = None) -> None:
         self.behavior = behavior or Behavior()
@@ -204,6 +215,9 @@ class GrpcSink(_Sink):
                 time.sleep(delay)
             sink.rec.add(Attempt(signal, request, md, time.monotonic(), code, "grpc"))
             if code is not None:
+                if sink.behavior.retry_after_s is not None:
+                    context.set_trailing_metadata(((
+                        "grpc-status-details-bin", _status_with_retry_info(code, sink.behavior.retry_after_s)),))
                 context.abort(code, f"sink scripted {code.name}")
             return otlp.RESPONSE_TYPES[signal]()
 
@@ -267,6 +281,8 @@ class HttpSink(_Sink):
 
             def _answer(self, status: int, body: bytes, ctype: str) -> None:
                 self.send_response(status)
+                if status != 200 and sink.behavior.retry_after_s is not None:
+                    self.send_header("Retry-After", str(sink.behavior.retry_after_s))
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
