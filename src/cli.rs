@@ -24,6 +24,8 @@ pub enum Command {
     Validate(ConfigArgs),
     /// List every component type with the signals it takes.
     Components,
+    /// Run the simulated vLLM server, or a scenario on a simulated clock with --scenario FILE --out DIR.
+    Sim(inferwatch_sim::server::SimArgs),
 }
 
 impl Default for Command {

@@ -26,6 +26,23 @@ fn main() -> ExitCode {
             cli::init_logging(level.as_deref());
             run::validate(&args.config)
         }
+        cli::Command::Sim(args) => {
+            cli::init_logging(level.as_deref());
+            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("inferwatch sim: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(inferwatch_sim::server::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("inferwatch sim: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
         cli::Command::Components => {
             run::print_components();
             ExitCode::SUCCESS

@@ -1,0 +1,137 @@
+//! Simulated time: nanosecond instants and human-readable durations ("90s", "2d12h", 1.5).
+
+use std::fmt;
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// An instant or a span on the engine's clock, in nanoseconds since the engine's zero.
+pub type Nanos = u64;
+
+/// Nanoseconds in one second.
+pub const NANOS_PER_SEC: u64 = 1_000_000_000;
+/// Nanoseconds in one day.
+pub const NANOS_PER_DAY: u64 = 86_400 * NANOS_PER_SEC;
+
+/// Converts seconds (clamped at 0) to nanoseconds.
+pub fn secs_to_nanos(s: f64) -> Nanos {
+    if s.is_finite() && s > 0.0 { (s * 1e9).round() as Nanos } else { 0 }
+}
+
+/// Converts nanoseconds to seconds.
+pub fn nanos_to_secs(n: Nanos) -> f64 {
+    n as f64 / 1e9
+}
+
+/// A duration in seconds that deserializes from a number (seconds) or a string with units
+/// (`ms`, `s`, `m`, `h`, `d`, `w`, concatenable: `"1d12h"`, `"500ms"`, `"2.5m"`); it
+/// serializes as a number of seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, PartialOrd)]
+pub struct SimDuration(pub f64);
+
+impl SimDuration {
+    /// The duration in seconds.
+    pub fn secs(self) -> f64 {
+        self.0
+    }
+
+    /// The duration in nanoseconds (negative clamps to 0).
+    pub fn nanos(self) -> Nanos {
+        secs_to_nanos(self.0)
+    }
+
+    /// A duration of `s` seconds.
+    pub fn from_secs(s: f64) -> Self {
+        SimDuration(s)
+    }
+}
+
+/// Parses a duration string such as `"1d12h"`, `"90s"`, `"250ms"` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("empty duration".into());
+    }
+    if let Ok(v) = t.parse::<f64>() {
+        return check(v, text);
+    }
+    let mut total = 0.0;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        if num_len == 0 {
+            return Err(format!("invalid duration {text:?}: expected a number before {rest:?}"));
+        }
+        let value: f64 = rest[..num_len].parse().map_err(|_| format!("invalid duration {text:?}: bad number"))?;
+        rest = &rest[num_len..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let scale = match unit {
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" | "min" => 60.0,
+            "h" => 3600.0,
+            "d" => 86_400.0,
+            "w" => 7.0 * 86_400.0,
+            "" => return Err(format!("invalid duration {text:?}: missing unit (ms, s, m, h, d, w)")),
+            other => return Err(format!("invalid duration {text:?}: unknown unit {other:?}")),
+        };
+        total += value * scale;
+    }
+    check(total, text)
+}
+
+fn check(v: f64, text: &str) -> Result<f64, String> {
+    if v.is_finite() && v >= 0.0 { Ok(v) } else { Err(format!("invalid duration {text:?}: must be >= 0")) }
+}
+
+impl Serialize for SimDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SimDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = SimDuration;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration: seconds as a number, or a string like \"90s\", \"2d12h\"")
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<SimDuration, E> {
+                check(v, &v.to_string()).map(SimDuration).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<SimDuration, E> {
+                Ok(SimDuration(v as f64))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<SimDuration, E> {
+                check(v as f64, &v.to_string()).map(SimDuration).map_err(E::custom)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<SimDuration, E> {
+                parse_duration(v).map(SimDuration).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_units() {
+        assert_eq!(parse_duration("90s"), Ok(90.0));
+        assert_eq!(parse_duration("1d12h"), Ok(129_600.0));
+        assert_eq!(parse_duration("250ms"), Ok(0.25));
+        assert_eq!(parse_duration("2.5m"), Ok(150.0));
+        assert_eq!(parse_duration("3"), Ok(3.0));
+        assert_eq!(parse_duration("1w"), Ok(604_800.0));
+        assert!(parse_duration("5x").is_err());
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("h").is_err());
+        assert!(parse_duration("10").is_ok());
+    }
+}
