@@ -25,7 +25,11 @@ pub enum Command {
     /// List every component type with the signals it takes.
     Components,
     /// Run the simulated vLLM server, or a scenario on a simulated clock with --scenario FILE --out DIR.
-    Sim(inferwatch_sim::server::SimArgs),
+    Sim(Box<inferwatch_sim::server::SimArgs>),
+    /// Load an OpenAI-compatible endpoint and measure TTFT, ITL, TPOT, e2e, goodput.
+    Bench(Box<inferwatch_probe::BenchArgs>),
+    /// Simulator + fault + agent + bench client, with the golden signals live.
+    Demo(crate::demo::DemoArgs),
 }
 
 impl Default for Command {

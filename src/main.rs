@@ -1,6 +1,7 @@
 //! The `inferwatch` binary: command line, logging and the agent's life cycle.
 
 mod cli;
+mod demo;
 mod run;
 
 use clap::Parser;
@@ -35,13 +36,21 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match rt.block_on(inferwatch_sim::server::run(args)) {
+            match rt.block_on(inferwatch_sim::server::run(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("inferwatch sim: {e}");
                     ExitCode::from(e.exit_code())
                 }
             }
+        }
+        cli::Command::Bench(args) => {
+            cli::init_logging(Some(level.as_deref().unwrap_or("warn")));
+            inferwatch_probe::main_entry(*args)
+        }
+        cli::Command::Demo(args) => {
+            cli::init_logging(Some(level.as_deref().unwrap_or("warn")));
+            demo::run(args)
         }
         cli::Command::Components => {
             run::print_components();
