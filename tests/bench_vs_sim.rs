@@ -1,0 +1,79 @@
+//! The bench client against the simulator: its TTFT and e2e percentiles agree with the
+//! simulator's own Prometheus histograms within the buckets' resolution, and every request
+//! it completed is counted by the server.
+
+use clap::Parser;
+
+#[derive(Parser)]
+struct SimCli {
+    #[command(flatten)]
+    a: inferwatch_sim::server::SimArgs,
+}
+
+/// Cumulative bucket counts `(le, count)` of one histogram family in Prometheus text.
+fn buckets(text: &str, family: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{family}_bucket{{");
+    let mut out: Vec<(f64, f64)> = text
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            let v: f64 = l.rsplit(' ').next()?.parse().ok()?;
+            Some((le, v))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// The bucket `(lower, upper]` holding quantile `q` of a cumulative histogram.
+fn bucket_of(b: &[(f64, f64)], q: f64) -> (f64, f64) {
+    let total = b.last().map_or(0.0, |x| x.1);
+    let rank = q * total;
+    let mut lower = 0.0;
+    for &(le, c) in b {
+        if c >= rank {
+            return (lower, le);
+        }
+        lower = le;
+    }
+    (lower, f64::INFINITY)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bench_percentiles_agree_with_the_simulators_histograms() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let sim_args = SimCli::parse_from(["sim", "--port", "0", "--served-model-name", "m", "--seed", "3"]).a;
+    let sim = inferwatch_sim::server::SimServer::start(sim_args).await.unwrap();
+
+    let mut args = inferwatch_probe::BenchArgs::new(&sim.base_url(), "m");
+    args.concurrency = Some(4);
+    args.requests = Some(48);
+    args.max_tokens = Some(24);
+    args.prompt_tokens = 300;
+    args.quiet = true;
+    let report = inferwatch_probe::run(args).await.unwrap();
+    let r = serde_json::to_value(&report).unwrap();
+    let completed = r["requests"]["completed"].as_f64().unwrap();
+    assert_eq!(completed, 48.0, "{r}");
+
+    let text = reqwest::get(format!("{}/metrics", sim.base_url())).await.unwrap().text().await.unwrap();
+    // Client-side overhead (loopback, SSE parsing) is well under this.
+    let slack = 0.010;
+    for (metric, family) in [("ttft", "vllm:time_to_first_token_seconds"), ("e2e", "vllm:e2e_request_latency_seconds")]
+    {
+        let b = buckets(&text, family);
+        assert!(!b.is_empty(), "{family} missing from /metrics");
+        assert_eq!(b.last().unwrap().1, completed, "{family}: server counted every request");
+        for (q, key) in [(0.5, "p50"), (0.9, "p90"), (0.99, "p99")] {
+            let (lo, hi) = bucket_of(&b, q);
+            let ours = r[metric][key].as_f64().unwrap();
+            assert!(
+                ours >= lo - slack && ours <= hi + slack,
+                "{metric} {key}: bench {ours:.4}s outside the server's bucket ({lo}, {hi}]"
+            );
+        }
+    }
+    sim.shutdown().await;
+}
