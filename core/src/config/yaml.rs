@@ -10,8 +10,9 @@ use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError, Span, StrInpu
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Deepest nesting accepted, to keep recursion bounded.
-const MAX_DEPTH: usize = 256;
+/// Deepest nesting accepted, to keep recursion bounded: a map level costs two stack frames
+/// of the builder, several KiB in a debug build, and 256 levels overflowed a 2 MiB thread stack.
+const MAX_DEPTH: usize = 128;
 /// Most nodes a document may expand to through aliases (guards against "billion laughs").
 const MAX_NODES: usize = 1_000_000;
 

@@ -394,3 +394,386 @@ mod tests {
         (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 }
+
+/// Fuzz-style tests: thousands of seeded mutations of valid OTLP/JSON documents. No input may
+/// panic, and every accepted request must survive a protobuf round trip unchanged.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use std::fmt::Debug;
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    const TRACES: &str = r#"{"resourceSpans":[{"resource":{"attributes":[
+        {"key":"service.name","value":{"stringValue":"vllm"}},
+        {"key":"arr","value":{"arrayValue":{"values":[{"intValue":"1"},{"doubleValue":2.5},{"boolValue":true}]}}},
+        {"key":"kv","value":{"kvlistValue":{"values":[{"key":"k","value":{"bytesValue":"aGk="}}]}}}],
+        "droppedAttributesCount":0,"entityRefs":[{"type":"service","idKeys":["service.name"]}]},
+      "scopeSpans":[{"scope":{"name":"lib","version":"1","attributes":[]},"schemaUrl":"s",
+        "spans":[{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174",
+          "parentSpanId":"eee19b7ec3c1b173","traceState":"a=b","flags":257,"name":"chat",
+          "kind":"SPAN_KIND_SERVER","startTimeUnixNano":"1544712660000000000","endTimeUnixNano":1544712661000000000,
+          "attributes":[{"key":"gen_ai.usage.input_tokens","value":{"intValue":42}}],
+          "droppedAttributesCount":"1",
+          "events":[{"timeUnixNano":"5","name":"first_token","attributes":[],"droppedAttributesCount":0}],
+          "droppedEventsCount":0,
+          "links":[{"traceId":"5b8efff798038103d269b633813fc60d","spanId":"eee19b7ec3c1b175","flags":1}],
+          "droppedLinksCount":"0","status":{"code":"STATUS_CODE_ERROR","message":"timeout"}},
+          {"trace_id":"0102030405060708090a0b0c0d0e0f10","span_id":"0102030405060708","kind":3,
+           "status":{"code":1}}]}]}]}"#;
+
+    const METRICS: &str = r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"a","value":{"stringValue":"b"}}]},
+      "scopeMetrics":[{"scope":{"name":"m"},"metrics":[
+        {"name":"tokens","unit":"1","description":"d","sum":{"aggregationTemporality":"AGGREGATION_TEMPORALITY_CUMULATIVE",
+          "isMonotonic":true,"dataPoints":[{"asInt":"42","startTimeUnixNano":"1","timeUnixNano":"2",
+          "attributes":[{"key":"model","value":{"stringValue":"m"}}],"flags":0,
+          "exemplars":[{"asDouble":1.5,"timeUnixNano":"3","traceId":"5b8efff798038103d269b633813fc60c",
+            "spanId":"eee19b7ec3c1b174","filteredAttributes":[{"key":"x","value":{"intValue":"1"}}]}]}]}},
+        {"name":"g","gauge":{"dataPoints":[{"asDouble":0.25,"timeUnixNano":7}]}},
+        {"name":"h","histogram":{"aggregationTemporality":2,"dataPoints":[{"count":"3","sum":1.5,"min":0.1,"max":1,
+          "bucketCounts":["1","2"],"explicitBounds":[0.5],"timeUnixNano":"9",
+          "exemplars":[{"asInt":"1","timeUnixNano":"9"}]}]}},
+        {"name":"e","exponentialHistogram":{"aggregationTemporality":"AGGREGATION_TEMPORALITY_DELTA",
+          "dataPoints":[{"count":4,"sum":2,"scale":"-2","zeroCount":"1","zeroThreshold":0.0,
+          "positive":{"offset":"1","bucketCounts":[1,2]},"negative":{"offset":-1,"bucketCounts":["1"]}}]}},
+        {"name":"s","summary":{"dataPoints":[{"count":"2","sum":3,"quantileValues":[{"quantile":0.5,"value":1}]}]}},
+        {"name":"meta","metadata":[{"key":"k","value":{"stringValue":"v"}}]}]}]}]}"#;
+
+    const LOGS: &str = r#"{"resourceLogs":[{"resource":{},"scopeLogs":[{"scope":{"name":"l"},"logRecords":[
+        {"timeUnixNano":"3","observedTimeUnixNano":4,"severityNumber":"SEVERITY_NUMBER_WARN","severityText":"WARN",
+         "body":{"stringValue":"kv cache at 95%"},"traceId":"5b8efff798038103d269b633813fc60c",
+         "spanId":"eee19b7ec3c1b174","flags":1,"eventName":"e","droppedAttributesCount":0,
+         "attributes":[{"key":"n","value":{"kvlistValue":{"values":[{"key":"a","value":{"arrayValue":{}}}]}}}]},
+        {"severity_number":17,"body":{"intValue":"-5"}}]}]}]}"#;
+
+    /// Values a mutation may put in place of a JSON value.
+    const VALUES: &[&str] = &[
+        "null",
+        "true",
+        "false",
+        "0",
+        "-1",
+        "1.5",
+        "1e400",
+        "-1e400",
+        "1e-400",
+        "18446744073709551615",
+        "18446744073709551616",
+        "-9223372036854775809",
+        "4294967296",
+        "2147483648",
+        "-2147483649",
+        "99999999999999999999999999999999999999",
+        "\"\"",
+        "\"x\"",
+        "\"-1\"",
+        "\" 7 \"",
+        "\"18446744073709551616\"",
+        "\"5b8efff798038103d269b633813fc60c\"",
+        "\"zz\"",
+        "\"abc\"",
+        "\"SPAN_KIND_NOPE\"",
+        "\"STATUS_CODE_OK\"",
+        "\"SEVERITY_NUMBER_FATAL4\"",
+        "\"AGGREGATION_TEMPORALITY_UNSPECIFIED\"",
+        "\"\\ud800\"",
+        "\"\\u0000\"",
+        "{}",
+        "[]",
+        "[null]",
+        "[{}]",
+        "{\"values\":null}",
+        "{\"key\":1}",
+        "{\"stringValue\":1}",
+        "{\"asInt\":\"x\"}",
+        "{\"asDouble\":\"1\"}",
+    ];
+
+    /// Object keys a mutation may introduce (known fields in odd places, snake_case, unknown).
+    const KEYS: &[&str] = &[
+        "kind",
+        "code",
+        "severityNumber",
+        "aggregationTemporality",
+        "flags",
+        "scale",
+        "offset",
+        "droppedAttributesCount",
+        "attributes",
+        "arrayValue",
+        "kvlistValue",
+        "values",
+        "entityRefs",
+        "traceId",
+        "trace_id",
+        "span_id",
+        "asInt",
+        "asDouble",
+        "gauge",
+        "sum",
+        "histogram",
+        "exponentialHistogram",
+        "summary",
+        "dataPoints",
+        "exemplars",
+        "intValue",
+        "bytesValue",
+        "timeUnixNano",
+        "bucketCounts",
+        "_",
+        "a__b_",
+        "zz9_",
+        "unknownField",
+    ];
+
+    /// A JSON token: its byte range in the text.
+    fn tokens(s: &[u8]) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < s.len() {
+            let start = i;
+            match s[i] {
+                b' ' | b'\n' | b'\r' | b'\t' => {
+                    i += 1;
+                    continue;
+                }
+                b'"' => {
+                    i += 1;
+                    while i < s.len() && s[i] != b'"' {
+                        i += if s[i] == b'\\' { 2 } else { 1 };
+                    }
+                    i = (i + 1).min(s.len());
+                }
+                b'{' | b'}' | b'[' | b']' | b':' | b',' => i += 1,
+                _ => {
+                    while i < s.len() && !b" \n\r\t{}[]:,\"".contains(&s[i]) {
+                        i += 1;
+                    }
+                }
+            }
+            out.push((start, i));
+        }
+        out
+    }
+
+    /// A random path to a node of `v`, as a mutable reference.
+    fn random_node<'a>(v: &'a mut Value, rng: &mut StdRng) -> &'a mut Value {
+        let stop = rng.random_bool(0.2);
+        let len = match &*v {
+            Value::Array(a) => a.len(),
+            Value::Object(m) => m.len(),
+            _ => 0,
+        };
+        if stop || len == 0 {
+            return v;
+        }
+        let i = rng.random_range(0..len);
+        match v {
+            Value::Array(a) => random_node(&mut a[i], rng),
+            Value::Object(m) => {
+                let (_, child) = m.iter_mut().nth(i).expect("index in range");
+                random_node(child, rng)
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    /// A random JSON value from [`VALUES`].
+    fn random_value(rng: &mut StdRng) -> Value {
+        let s = VALUES[rng.random_range(0..VALUES.len())];
+        serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.into()))
+    }
+
+    /// Wraps `inner` in `depth` levels of OTLP nesting (arrays or key/value lists), or plain JSON.
+    fn nest(inner: &str, depth: usize, style: u8) -> String {
+        let (open, close) = match style {
+            0 => (r#"{"arrayValue":{"values":["#, "]}}"),
+            1 => (r#"{"kvlistValue":{"values":[{"key":"k","value":"#, "}]}}"),
+            2 => ("[", "]"),
+            _ => (r#"{"a":"#, "}"),
+        };
+        let mut s = String::with_capacity(inner.len() + depth * (open.len() + close.len()));
+        for _ in 0..depth {
+            s.push_str(open);
+        }
+        s.push_str(inner);
+        for _ in 0..depth {
+            s.push_str(close);
+        }
+        s
+    }
+
+    /// One mutated document made from `base`.
+    fn mutate(base: &str, rng: &mut StdRng) -> Vec<u8> {
+        let mut b = base.as_bytes().to_vec();
+        match rng.random_range(0..10) {
+            // Byte-level: flips, insertions, deletions, truncation, invalid UTF-8.
+            0 => {
+                for _ in 0..rng.random_range(1..5) {
+                    if b.is_empty() {
+                        break;
+                    }
+                    let i = rng.random_range(0..b.len());
+                    match rng.random_range(0..5) {
+                        0 => b[i] ^= 1 << rng.random_range(0..8),
+                        1 => b[i] = rng.random(),
+                        2 => b.insert(i, [0xff, 0xc3, 0x80, 0xed, b'"', b'\\', b'{'][rng.random_range(0..7)]),
+                        3 => {
+                            b.remove(i);
+                        }
+                        _ => b.truncate(i),
+                    }
+                }
+            }
+            // Token-level: delete, duplicate, swap or replace JSON tokens.
+            1 | 2 => {
+                for _ in 0..rng.random_range(1..4) {
+                    let toks = tokens(&b);
+                    if toks.is_empty() {
+                        break;
+                    }
+                    let (s, e) = toks[rng.random_range(0..toks.len())];
+                    let tok = b[s..e].to_vec();
+                    match rng.random_range(0..4) {
+                        0 => {
+                            b.drain(s..e);
+                        }
+                        1 => {
+                            b.splice(s..s, tok);
+                        }
+                        2 => {
+                            let (s2, e2) = toks[rng.random_range(0..toks.len())];
+                            let other = b[s2..e2].to_vec();
+                            if s2 >= e {
+                                b.splice(s2..e2, tok);
+                                b.splice(s..e, other);
+                            } else if e2 <= s {
+                                b.splice(s..e, other);
+                                b.splice(s2..e2, tok);
+                            }
+                        }
+                        _ => {
+                            let v = VALUES[rng.random_range(0..VALUES.len())];
+                            b.splice(s..e, v.bytes());
+                        }
+                    }
+                }
+            }
+            // Structural: swap value types, rename keys, duplicate entries, on the parsed tree.
+            3..=6 => {
+                let mut v: Value = serde_json::from_str(base).expect("seed is valid JSON");
+                for _ in 0..rng.random_range(1..4) {
+                    let node = random_node(&mut v, rng);
+                    match rng.random_range(0..5) {
+                        0 | 1 => *node = random_value(rng),
+                        2 => {
+                            if let Value::Object(m) = node {
+                                let k = KEYS[rng.random_range(0..KEYS.len())];
+                                m.insert(k.into(), random_value(rng));
+                            }
+                        }
+                        3 => {
+                            if let Value::Array(a) = node
+                                && !a.is_empty()
+                            {
+                                let i = rng.random_range(0..a.len());
+                                let dup = a[i].clone();
+                                a.insert(i, dup);
+                            } else if let Value::Object(m) = node
+                                && let Some(k) = m.keys().nth(rng.random_range(0..m.len().max(1))).cloned()
+                                && let Some(val) = m.remove(&k)
+                            {
+                                let k2 = KEYS[rng.random_range(0..KEYS.len())];
+                                m.insert(k2.into(), val);
+                            }
+                        }
+                        _ => {
+                            let text = nest(&node.to_string(), rng.random_range(1..40), rng.random_range(0..4));
+                            *node = serde_json::from_str(&text).unwrap_or(Value::Null);
+                        }
+                    }
+                }
+                b = v.to_string().into_bytes();
+            }
+            // Deep nesting of attribute values and of plain JSON, up to a few hundred levels.
+            7 | 8 => {
+                let depth = rng.random_range(1..400);
+                let style = rng.random_range(0..4);
+                let leaf = VALUES[rng.random_range(0..VALUES.len())];
+                let leaf = if style < 2 { r#"{"intValue":"1"}"# } else { leaf };
+                let nested = nest(leaf, depth, style);
+                b = match rng.random_range(0..3) {
+                    // As an attribute value, where OTLP allows nesting.
+                    0 => base.replacen(r#""value":{"#, &format!(r#""value":{nested},"v2":{{"#), 1).into_bytes(),
+                    // As an unknown key inside an AnyValue.
+                    1 => base
+                        .replacen(r#"{"stringValue":"#, &format!(r#"{{"x":{nested},"stringValue":"#), 1)
+                        .into_bytes(),
+                    _ => nested.into_bytes(),
+                };
+            }
+            // Truncation at every kind of place.
+            _ => b.truncate(rng.random_range(0..=b.len())),
+        }
+        b
+    }
+
+    /// Decodes `body`; fails on a panic and checks that an accepted request round-trips.
+    fn check_one<T>(body: &[u8], check: fn(&Value, &T) -> Result<(), String>) -> bool
+    where
+        T: DeserializeOwned + Message + Default + PartialEq + Debug,
+    {
+        let got = catch_unwind(AssertUnwindSafe(|| decode::<T>(body, check)));
+        let got = got.unwrap_or_else(|_| panic!("decode panicked on {:?}", String::from_utf8_lossy(body)));
+        match got {
+            Ok(req) => {
+                let back = T::decode(req.encode_to_vec().as_slice())
+                    .unwrap_or_else(|e| panic!("re-encoded request does not decode ({e}): {body:?}"));
+                assert_eq!(back, req, "round trip changed the request for {:?}", String::from_utf8_lossy(body));
+                true
+            }
+            Err(e) => {
+                assert!(e.0.starts_with("invalid JSON") || e.0.starts_with("invalid OTLP/JSON"), "{e}");
+                false
+            }
+        }
+    }
+
+    fn run<T>(seed: u64, base: &str, check: fn(&Value, &T) -> Result<(), String>, n: usize)
+    where
+        T: DeserializeOwned + Message + Default + PartialEq + Debug,
+    {
+        assert!(check_one::<T>(base.as_bytes(), check), "the seed document must decode");
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut ok = 0;
+        for _ in 0..n {
+            let body = mutate(base, &mut rng);
+            ok += usize::from(check_one::<T>(&body, check));
+        }
+        // The mutations must reach past the JSON parser, not only be rejected by it.
+        assert!(ok > n / 20, "only {ok} of {n} mutated documents decoded");
+    }
+
+    fn no_check<T>(_: &Value, _: &T) -> Result<(), String> {
+        Ok(())
+    }
+
+    #[test]
+    fn fuzz_traces_json() {
+        run::<ExportTraceServiceRequest>(1, TRACES, no_check, 8000);
+    }
+
+    #[test]
+    fn fuzz_metrics_json() {
+        run::<ExportMetricsServiceRequest>(2, METRICS, check_metrics, 8000);
+    }
+
+    #[test]
+    fn fuzz_logs_json() {
+        run::<ExportLogsServiceRequest>(3, LOGS, no_check, 8000);
+    }
+}
