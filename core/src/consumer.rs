@@ -16,6 +16,8 @@ pub enum RefuseReason {
     ShuttingDown,
     /// A downstream component failed transiently.
     Downstream,
+    /// Some branches of a fan-out took the data and others refused it (and counted it).
+    PartiallyAccepted,
 }
 
 /// Error returned by [`Consumer::consume`].
@@ -90,11 +92,16 @@ impl Consumer for Fanout {
     async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
         let n = self.consumers.len();
         let mut first_err = None;
+        let mut accepted = 0usize;
         let mut data = Some(data);
         for (i, c) in self.consumers.iter().enumerate() {
             let item = if i + 1 == n { data.take() } else { data.clone() };
             let Some(item) = item else { break };
-            if let Err(e) = c.consume(item).await {
+            let r = c.consume(item).await;
+            if r.is_ok() {
+                accepted += 1;
+            }
+            if let Err(e) = r {
                 // Permanent errors win over refusals only if no refusal was seen: a retry can help.
                 match (&first_err, &e) {
                     (None, _) => first_err = Some(e),
@@ -104,6 +111,13 @@ impl Consumer for Fanout {
             }
         }
         match first_err {
+            // Some branches took the data: say so, so that a stage holding data (batch) does not
+            // send it to those branches again; a receiver still asks its client to retry.
+            Some(ConsumeError::Refused { retry_after, message, .. }) if accepted > 0 => Err(ConsumeError::Refused {
+                reason: RefuseReason::PartiallyAccepted,
+                retry_after,
+                message: format!("{accepted} of {n} destinations accepted; {message}"),
+            }),
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -135,7 +149,7 @@ mod tests {
             Arc::new(Count(AtomicUsize::new(0), Some(ConsumeError::refused(RefuseReason::QueueFull, None, "full"))));
         let f = Fanout::new(vec![bad.clone(), ok.clone()]);
         let r = f.consume(Payload::empty(Signal::Traces)).await;
-        assert!(matches!(r, Err(ConsumeError::Refused { reason: RefuseReason::QueueFull, .. })));
+        assert!(matches!(r, Err(ConsumeError::Refused { reason: RefuseReason::PartiallyAccepted, .. })));
         assert_eq!(ok.0.load(Ordering::SeqCst), 1);
         assert_eq!(bad.0.load(Ordering::SeqCst), 1);
     }

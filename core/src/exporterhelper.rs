@@ -94,7 +94,9 @@ struct Shared {
 
 impl Shared {
     /// Delivers one payload with retries. Returns false when it was abandoned by the hard stop.
-    async fn deliver(&self, data: Payload) -> Result<(), ConsumeError> {
+    /// `queued`: the payload came from the queue (a final failure drops it) rather than from a
+    /// caller (which gets the error back and may retry).
+    async fn deliver(&self, data: Payload, queued: bool) -> Result<(), ConsumeError> {
         let n = data.item_count() as u64;
         let mut backoff = Backoff::new(&self.retry);
         loop {
@@ -129,9 +131,15 @@ impl Shared {
                         }
                     }
                     None => {
+                        // send_failed counts failed attempts, as otelcol's does.
                         self.metrics.send_failed.inc_by(n);
-                        tracing::error!(exporter = %self.name, signal = %self.signal, items = n, error = %message,
-                            "exporting failed; no more retries; dropping data");
+                        if queued {
+                            tracing::error!(exporter = %self.name, signal = %self.signal, items = n, error = %message,
+                                "exporting failed; no more retries; dropping data");
+                        } else {
+                            tracing::warn!(exporter = %self.name, signal = %self.signal, items = n, error = %message,
+                                "exporting failed; no more retries; returning the error to the sender");
+                        }
                         return Err(ConsumeError::refused(RefuseReason::Downstream, None, message));
                     }
                 },
@@ -181,7 +189,7 @@ impl QueuedExporter {
 impl Consumer for QueuedExporter {
     async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
         if !self.queue.enabled {
-            return self.shared.deliver(data).await;
+            return self.shared.deliver(data, false).await;
         }
         let tx = self.tx.lock().clone();
         let Some(tx) = tx else {
@@ -224,7 +232,14 @@ impl Node for QueuedExporter {
                     let Some(data) = next else { break };
                     shared.metrics.queue_size.dec();
                     // Errors are counted and logged inside deliver.
-                    let _ = shared.deliver(data).await;
+                    let n = data.item_count() as u64;
+                    // A bug in a sender must not kill the worker (and strand the queue).
+                    let run = std::panic::AssertUnwindSafe(shared.deliver(data, true));
+                    if futures::FutureExt::catch_unwind(run).await.is_err() {
+                        shared.metrics.send_failed.inc_by(n);
+                        tracing::error!(exporter = %shared.name, signal = %shared.signal, items = n,
+                            "the sender panicked; data dropped");
+                    }
                 }
             });
         }

@@ -267,7 +267,7 @@ impl GrpcSender {
             req = req.header("grpc-encoding", "gzip");
         }
         if let Some(t) = self.timeout {
-            req = req.header("grpc-timeout", format!("{}m", t.as_millis().max(1)));
+            req = req.header("grpc-timeout", grpc_timeout(t));
         }
         let mut req = req
             .body(tonic::body::Body::new(http_body_util::Full::new(frame.freeze())))
@@ -278,16 +278,19 @@ impl GrpcSender {
             let resp = ch.oneshot(req).await.map_err(|e| transport_status(&e))?;
             let (parts, body) = resp.into_parts();
             if parts.status != http::StatusCode::OK {
-                return Err(Status::unavailable(format!("HTTP status {} from the gRPC server", parts.status)));
+                return Err(http_status(parts.status));
             }
             // A trailers-only response carries the status in the headers.
-            if let Some(st) = Status::from_header_map(&parts.headers) {
+            if let Some(st) = grpc_status(&parts.headers) {
                 return if st.code() == Code::Ok { Ok(bytes::Bytes::new()) } else { Err(st) };
             }
-            let collected =
-                body.collect().await.map_err(|e| Status::unavailable(format!("reading the response: {e}")))?;
+            // Export responses are tiny; a larger body is not an OTLP server's.
+            let collected = http_body_util::Limited::new(body, MAX_RESPONSE)
+                .collect()
+                .await
+                .map_err(|e| Status::unavailable(format!("reading the response: {e}")))?;
             let trailers = collected.trailers().cloned().unwrap_or_default();
-            match Status::from_header_map(&trailers) {
+            match grpc_status(&trailers) {
                 Some(st) if st.code() != Code::Ok => Err(st),
                 Some(_) => Ok(collected.to_bytes()),
                 None => Err(Status::internal("the gRPC response has no grpc-status")),
@@ -302,6 +305,55 @@ impl GrpcSender {
         let (rejected, message) = partial_success(signal, &body);
         common::log_partial_success(&self.name, signal, rejected, &message);
         Ok(())
+    }
+}
+
+/// Largest export response body read.
+const MAX_RESPONSE: usize = 64 * 1024;
+
+/// The `grpc-timeout` header value: at most 8 digits, as the gRPC spec requires.
+fn grpc_timeout(t: Duration) -> String {
+    let ms = t.as_millis().max(1);
+    if ms < 100_000_000 {
+        format!("{ms}m")
+    } else if t.as_secs() < 100_000_000 {
+        format!("{}S", t.as_secs())
+    } else {
+        format!("{}H", (t.as_secs() / 3600).min(99_999_999))
+    }
+}
+
+/// The status of a response from its headers or trailers, never panicking on a malformed
+/// `grpc-status-details-bin` (tonic's parser would).
+fn grpc_status(map: &http::HeaderMap) -> Option<Status> {
+    use base64::Engine;
+    map.get("grpc-status")?;
+    let details_ok = match map.get("grpc-status-details-bin") {
+        None => true,
+        Some(v) => {
+            let s = v.as_bytes();
+            let trimmed = s.strip_suffix(b"==").or_else(|| s.strip_suffix(b"=")).unwrap_or(s);
+            base64::engine::general_purpose::STANDARD_NO_PAD.decode(trimmed).is_ok()
+        }
+    };
+    if details_ok {
+        return Status::from_header_map(map);
+    }
+    let mut clean = map.clone();
+    clean.remove("grpc-status-details-bin");
+    Status::from_header_map(&clean)
+}
+
+/// A non-200 HTTP answer to a gRPC call, mapped as the gRPC spec's HTTP-to-gRPC table says.
+fn http_status(code: http::StatusCode) -> Status {
+    let msg = format!("HTTP status {code} from the gRPC server");
+    match code.as_u16() {
+        400 => Status::internal(msg),
+        401 => Status::unauthenticated(msg),
+        403 => Status::permission_denied(msg),
+        404 => Status::unimplemented(msg),
+        429 | 502 | 503 | 504 => Status::unavailable(msg),
+        _ => Status::unknown(msg),
     }
 }
 
@@ -326,10 +378,22 @@ fn transport_status(e: &dyn std::error::Error) -> Status {
     Status::unavailable(s)
 }
 
-/// Reads the partial success of an (uncompressed) framed export response.
+/// Reads the partial success of a framed export response (plain or gzip-compressed).
 fn partial_success(signal: Signal, body: &[u8]) -> (i64, String) {
     use prost::Message;
-    let Some(msg) = body.get(5..).filter(|_| body.first() == Some(&0)) else { return (0, String::new()) };
+    use std::io::Read;
+    let (Some(&flag), Some(len)) = (body.first(), body.get(1..5)) else { return (0, String::new()) };
+    let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+    let Some(raw) = body.get(5..5 + len) else { return (0, String::new()) };
+    let mut unzipped = Vec::new();
+    let msg: &[u8] = if flag == 1 {
+        if flate2::read::GzDecoder::new(raw).take(MAX_RESPONSE as u64).read_to_end(&mut unzipped).is_err() {
+            return (0, String::new());
+        }
+        &unzipped
+    } else {
+        raw
+    };
     match signal {
         Signal::Traces => ExportTraceServiceResponse::decode(msg)
             .ok()
@@ -431,6 +495,50 @@ fn describe(status: &Status) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn malformed_status_details_do_not_panic() {
+        let mut h = http::HeaderMap::new();
+        h.insert("grpc-status", http::HeaderValue::from_static("14"));
+        h.insert("grpc-message", http::HeaderValue::from_static("down"));
+        h.insert("grpc-status-details-bin", http::HeaderValue::from_static("!!!not base64!!!"));
+        let st = grpc_status(&h).unwrap();
+        assert_eq!(st.code(), Code::Unavailable);
+        assert_eq!(st.message(), "down");
+        assert!(grpc_status(&http::HeaderMap::new()).is_none());
+    }
+
+    #[test]
+    fn http_errors_and_timeouts_follow_the_grpc_spec() {
+        assert_eq!(http_status(http::StatusCode::UNAUTHORIZED).code(), Code::Unauthenticated);
+        assert_eq!(http_status(http::StatusCode::NOT_FOUND).code(), Code::Unimplemented);
+        assert_eq!(http_status(http::StatusCode::SERVICE_UNAVAILABLE).code(), Code::Unavailable);
+        assert!(matches!(classify(&http_status(http::StatusCode::FORBIDDEN)), SendError::Permanent(_)));
+        assert_eq!(grpc_timeout(Duration::from_secs(5)), "5000m");
+        assert_eq!(grpc_timeout(Duration::from_secs(200_000)), "200000S");
+        assert!(grpc_timeout(Duration::from_secs(u64::MAX / 2)).len() <= 9);
+    }
+
+    #[test]
+    fn partial_success_is_read_from_compressed_responses() {
+        use prost::Message;
+        use std::io::Write;
+        let resp = ExportTraceServiceResponse {
+            partial_success: Some(opentelemetry_proto::tonic::collector::trace::v1::ExportTracePartialSuccess {
+                rejected_spans: 3,
+                error_message: "bad".into(),
+            }),
+        };
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(&resp.encode_to_vec()).unwrap();
+        let z = z.finish().unwrap();
+        let mut frame = vec![1u8];
+        frame.extend_from_slice(&(z.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&z);
+        assert_eq!(partial_success(Signal::Traces, &frame), (3, "bad".to_string()));
+        assert_eq!(partial_success(Signal::Traces, &frame[..4]), (0, String::new()));
+    }
+
     use super::*;
     use inferwatch_core::component::PathSeg;
     use serde_json::json;

@@ -51,7 +51,7 @@ impl BatchConfig {
 
     /// Items buffered at most before new data is refused.
     fn hold_cap(&self) -> usize {
-        4 * self.send_batch_size.max(self.send_batch_max_size).max(1)
+        self.send_batch_size.max(self.send_batch_max_size).max(1).saturating_mul(4)
     }
 }
 
@@ -103,6 +103,8 @@ struct Inner {
     next: ConsumerRef,
     buf: Mutex<Buffer>,
     metrics: ProcessorMetrics,
+    /// Items taken from the buffer and being sent.
+    in_flight: std::sync::atomic::AtomicUsize,
 }
 
 /// Outcome of one flush attempt.
@@ -129,6 +131,7 @@ impl Batch {
             next,
             buf: Mutex::new(Buffer { pending: Payload::empty(signal), items: 0, since: None }),
             metrics,
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
         };
         Batch { inner: Arc::new(inner), stop: CancellationToken::new(), timer: Mutex::new(None) }
     }
@@ -176,11 +179,20 @@ impl Inner {
     async fn flush(&self, force: bool) -> Flush {
         while let Some(batch) = self.take_batch(force) {
             let n = batch.item_count();
-            match self.next.consume(batch.clone()).await {
+            self.in_flight.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+            let result = self.next.consume(batch.clone()).await;
+            self.in_flight.fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
+            match result {
                 Ok(()) => {}
                 Err(ConsumeError::Permanent(msg)) => {
                     self.metrics.dropped.inc_by(n as u64);
                     tracing::error!(processor = %self.name, items = n, error = %msg, "downstream rejected a batch permanently; dropped");
+                }
+                Err(ConsumeError::Refused { reason: RefuseReason::PartiallyAccepted, message, .. }) => {
+                    // Some exporters took it; the ones that refused counted it as enqueue_failed.
+                    // Sending it again would duplicate it at the ones that took it.
+                    tracing::warn!(processor = %self.name, items = n, error = %message,
+                        "some exporters refused a batch that others accepted; not re-sending it");
                 }
                 Err(ConsumeError::Refused { .. }) => {
                     self.put_back(batch);
@@ -257,24 +269,30 @@ impl Node for Batch {
     async fn shutdown(&self, deadline: Instant) -> u64 {
         self.stop.cancel();
         let timer = self.timer.lock().take();
-        if let Some(h) = timer {
-            let _ = h.await;
-        }
-        let me = &self.inner;
-        loop {
-            match me.flush(true).await {
-                Flush::Done => return 0,
-                Flush::Refused => {
-                    if Instant::now() + Duration::from_millis(50) >= deadline {
-                        let left = me.buf.lock().items as u64;
-                        me.metrics.dropped.inc_by(left);
-                        tracing::warn!(processor = %me.name, items = left, "shutdown timeout: batch buffer not delivered");
-                        return left;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+        if let Some(mut h) = timer {
+            // The timer may be in a flush to a slow downstream: let it finish by the deadline, else
+            // abandon it (its batch stays counted in `in_flight`).
+            if tokio::time::timeout_at(deadline.into(), &mut h).await.is_err() {
+                h.abort();
             }
         }
+        let me = &self.inner;
+        let drain = async {
+            loop {
+                match me.flush(true).await {
+                    Flush::Done => return,
+                    Flush::Refused => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        };
+        if tokio::time::timeout_at(deadline.into(), drain).await.is_ok() {
+            return 0;
+        }
+        // What is still buffered plus what an abandoned send held.
+        let left = (me.buf.lock().items + me.in_flight.load(std::sync::atomic::Ordering::SeqCst)) as u64;
+        me.metrics.dropped.inc_by(left);
+        tracing::warn!(processor = %me.name, items = left, "shutdown timeout: batch buffer not delivered");
+        left
     }
 }
 
@@ -397,6 +415,60 @@ mod tests {
         let b = batch(BatchConfig::default(), sink);
         b.consume(spans(0, 5)).await.unwrap();
         assert_eq!(b.shutdown(Instant::now() + Duration::from_millis(100)).await, 5);
+    }
+
+    /// Accepts at one branch and refuses at another (a fan-out with one full exporter queue).
+    #[derive(Default)]
+    struct Partial {
+        calls: std::sync::atomic::AtomicUsize,
+    }
+    #[async_trait]
+    impl Consumer for Partial {
+        async fn consume(&self, _d: Payload) -> Result<(), ConsumeError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Err(ConsumeError::refused(RefuseReason::PartiallyAccepted, None, "1 of 2 accepted"))
+        }
+    }
+
+    #[tokio::test]
+    async fn partially_accepted_batches_are_not_sent_again() {
+        let sink = Arc::new(Partial::default());
+        let t = Telemetry::new();
+        let id = ComponentId::parse("batch").unwrap();
+        let cfg =
+            BatchConfig { send_batch_size: 10, send_batch_max_size: 0, timeout: GoDuration(Duration::from_secs(3600)) };
+        let b = Batch::new(cfg, Signal::Traces, sink.clone(), t.processor(&id, Signal::Traces), "batch".into());
+        b.consume(spans(0, 10)).await.unwrap();
+        b.consume(spans(10, 10)).await.unwrap();
+        assert_eq!(b.shutdown(Instant::now() + Duration::from_secs(1)).await, 0);
+        assert_eq!(sink.calls.load(Ordering::SeqCst), 2, "one send per batch, no re-sends");
+    }
+
+    /// Never answers (a downstream that hangs with no queue in between).
+    struct Hang;
+    #[async_trait]
+    impl Consumer for Hang {
+        async fn consume(&self, _d: Payload) -> Result<(), ConsumeError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn shutdown_keeps_its_deadline_when_downstream_hangs() {
+        let t = Telemetry::new();
+        let id = ComponentId::parse("batch").unwrap();
+        let b = Batch::new(
+            BatchConfig::default(),
+            Signal::Traces,
+            Arc::new(Hang),
+            t.processor(&id, Signal::Traces),
+            "b".into(),
+        );
+        b.consume(spans(0, 7)).await.unwrap();
+        let started = Instant::now();
+        let lost = b.shutdown(Instant::now() + Duration::from_millis(200)).await;
+        assert_eq!(lost, 7);
+        assert!(started.elapsed() < Duration::from_secs(2));
     }
 
     #[test]

@@ -59,6 +59,9 @@ impl MemoryLimiterConfig {
         if self.limit_mib > 0 && self.spike_limit_mib >= self.limit_mib {
             return Err(FieldError::at("spike_limit_mib", "must be smaller than limit_mib"));
         }
+        if self.limit_mib > u64::MAX / MIB {
+            return Err(FieldError::at("limit_mib", "is too large"));
+        }
         if self.limit_percentage > 100 {
             return Err(FieldError::at("limit_percentage", "must be between 1 and 100"));
         }

@@ -33,8 +33,8 @@ impl ExtensionFactory for HealthCheckFactory {
     }
     fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
         let c: HealthCheckConfig = parse_config(cfg)?;
-        if !c.path.starts_with('/') {
-            return Err(FieldError::at("path", "must start with /"));
+        if !c.path.starts_with('/') || c.path.contains(['{', '}', '*', ':']) {
+            return Err(FieldError::at("path", "must start with / and hold no {, }, * or :"));
         }
         Ok(())
     }

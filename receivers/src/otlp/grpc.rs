@@ -29,7 +29,10 @@ pub(crate) fn export_status(e: ExportError) -> Status {
         ExportError::Refused { reason, retry_after, message } => {
             let code = match reason {
                 RefuseReason::MemoryLimit => Code::ResourceExhausted,
-                RefuseReason::QueueFull | RefuseReason::ShuttingDown | RefuseReason::Downstream => Code::Unavailable,
+                RefuseReason::QueueFull
+                | RefuseReason::ShuttingDown
+                | RefuseReason::Downstream
+                | RefuseReason::PartiallyAccepted => Code::Unavailable,
             };
             // RetryInfo makes RESOURCE_EXHAUSTED retryable for OTLP senders and sets the delay.
             Status::with_error_details(code, message, ErrorDetails::with_retry_info(Some(retry_after)))

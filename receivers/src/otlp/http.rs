@@ -88,9 +88,10 @@ fn export_error_response(enc: Encoding, e: ExportError) -> Response {
         ExportError::Refused { reason, retry_after, message } => {
             let (status, code) = match reason {
                 RefuseReason::MemoryLimit => (StatusCode::TOO_MANY_REQUESTS, CODE_RESOURCE_EXHAUSTED),
-                RefuseReason::QueueFull | RefuseReason::ShuttingDown | RefuseReason::Downstream => {
-                    (StatusCode::SERVICE_UNAVAILABLE, CODE_UNAVAILABLE)
-                }
+                RefuseReason::QueueFull
+                | RefuseReason::ShuttingDown
+                | RefuseReason::Downstream
+                | RefuseReason::PartiallyAccepted => (StatusCode::SERVICE_UNAVAILABLE, CODE_UNAVAILABLE),
             };
             let mut resp = status_response(status, enc, code, message);
             // Whole seconds, rounded up, at least one.
