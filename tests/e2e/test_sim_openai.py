@@ -207,8 +207,6 @@ def test_logprobs_top_k(sims):
     assert [x.top_logprobs[0] for x in cs.logprobs] == lp.top_logprobs
 
 
-@pytest.mark.xfail(strict=True, reason="sim bug: synthetic top-k alternatives repeat the same token "
-                   "(sim/src/engine/tokens.rs top_logprobs draws ranks independently)")
 def test_logprobs_alternatives_are_distinct(sims):
     """Top-k alternatives are K different tokens (a model's top-k are distinct token ids)."""
     sim = _sim(sims)

@@ -101,8 +101,6 @@ def test_same_seed_same_files(runs):
     assert json.loads((r / "ground_truth.json").read_text())["seed"] == runs["seed"] + 1
 
 
-@pytest.mark.xfail(strict=True, reason="sim bug: `--seed` is silently ignored with --scenario (src/cli.rs / "
-                   "sim/src/server/mod.rs run): it neither overrides the scenario's seed nor is refused")
 def test_seed_flag_with_scenario_is_not_ignored(runs):
     rc, _, err = runs["res"]["seed_flag"]
     if rc == 2:

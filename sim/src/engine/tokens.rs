@@ -210,7 +210,13 @@ pub fn top_logprobs(seed: u64, key: u64, index: u32, k: u32, vocab: u32) -> Vec<
     let mut out = Vec::with_capacity(k as usize);
     let rest = 1.0 - p0;
     for rank in 0..k {
-        let (id, text) = candidate(seed, key, index, rank, vocab);
+        // Alternatives are distinct tokens: redraw (deterministically) on a repeat.
+        let mut salt = rank;
+        let (mut id, mut text) = candidate(seed, key, index, salt, vocab);
+        while rank > 0 && out.iter().any(|t: &SyntheticToken| t.id == id) && salt < rank + 64 * k.max(1) {
+            salt += k.max(1);
+            (id, text) = candidate(seed, key, index, salt, vocab);
+        }
         let p = if rank == 0 { p0 } else { rest * 0.5f64.powi(rank as i32) };
         out.push(SyntheticToken { id, text, logprob: p.max(1e-12).ln() });
     }
@@ -230,6 +236,18 @@ pub fn natural_length(seed: u64, key: u64, median: f64, max_tokens: u32) -> u32 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_alternatives_are_distinct() {
+        for i in 0..2000 {
+            let alts = top_logprobs(7, prompt_key("hi"), i, 8, 128_256);
+            let mut ids: Vec<u32> = alts.iter().map(|t| t.id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), 8, "token {i}: {alts:?}");
+            assert_eq!(alts[0].id, token(7, prompt_key("hi"), i, 128_256).id);
+        }
+    }
 
     #[test]
     fn deterministic_and_in_vocab() {

@@ -506,10 +506,17 @@ async fn shutdown_signal() {
 pub async fn run(args: SimArgs) -> Result<(), ServerError> {
     match (&args.scenario, &args.out) {
         (Some(scenario), Some(out)) => {
-            let (scenario, out) = (scenario.clone(), out.clone());
-            let summary = tokio::task::spawn_blocking(move || crate::scenario::run_scenario(&scenario, &out))
-                .await
-                .map_err(|e| ServerError::Task(e.to_string()))??;
+            let (scenario, out, seed) = (scenario.clone(), out.clone(), args.seed);
+            // `--seed` overrides the scenario file's seed.
+            let summary = tokio::task::spawn_blocking(move || {
+                let mut sc = crate::scenario::load_scenario(&scenario)?;
+                if let Some(seed) = seed {
+                    sc.seed = seed;
+                }
+                crate::scenario::run(&sc, &out)
+            })
+            .await
+            .map_err(|e| ServerError::Task(e.to_string()))??;
             match serde_json::to_string(&summary) {
                 Ok(s) => println!("{s}"),
                 Err(_) => println!("{summary:?}"),
