@@ -58,7 +58,6 @@ pub struct Telemetry {
     process_cpu: Counter<f64, AtomicU64>,
     process_uptime: Counter<f64, AtomicU64>,
     started: std::time::Instant,
-    extra: parking_lot::Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
 }
 
 /// Counters of one receiver on one transport.
@@ -76,10 +75,6 @@ impl ReceiverMetrics {
     /// Counts items refused (backpressure or bad data).
     pub fn refused(&self, s: Signal, n: usize) {
         self.refused[s as usize].inc_by(n as u64);
-    }
-    /// Total accepted so far for a signal (for tests and reports).
-    pub fn accepted_total(&self, s: Signal) -> u64 {
-        self.accepted[s as usize].get()
     }
 }
 
@@ -175,19 +170,7 @@ impl Telemetry {
             process_cpu,
             process_uptime,
             started: std::time::Instant::now(),
-            extra: parking_lot::Mutex::new(Vec::new()),
         }
-    }
-
-    /// Mutable access to the registry for components that register their own metrics
-    /// (only before the telemetry is shared).
-    pub fn registry_mut(&mut self) -> &mut Registry {
-        &mut self.registry
-    }
-
-    /// Runs `f` before each scrape (to refresh gauges computed on demand).
-    pub fn on_collect(&self, f: Box<dyn Fn() + Send + Sync>) {
-        self.extra.lock().push(f);
     }
 
     /// Handles for one receiver on one transport (`grpc`, `http`).
@@ -235,9 +218,6 @@ impl Telemetry {
         let prev = self.process_uptime.get();
         if up > prev {
             self.process_uptime.inc_by(up - prev);
-        }
-        for f in self.extra.lock().iter() {
-            f();
         }
         let mut out = String::new();
         // Encoding into a String cannot fail.

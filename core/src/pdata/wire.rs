@@ -250,6 +250,9 @@ impl Walk {
         }
         // A span must carry both ids (an empty field is absent on the wire).
         let is_span = std::ptr::eq(desc, &SPAN);
+        // A metric's data fields are a oneof: the last one wins, so only its points count.
+        let is_metric = std::ptr::eq(desc, &METRIC);
+        let mut data_points = 0usize;
         let (mut has_trace_id, mut has_span_id) = (false, false);
         let mut pos = 0;
         while pos < buf.len() {
@@ -289,6 +292,12 @@ impl Walk {
                             while p < body.len() {
                                 varint(body, &mut p)?;
                             }
+                        }
+                        Some(Msg(d)) if is_metric && matches!(field, 5 | 7 | 9 | 10 | 11) => {
+                            self.items -= data_points;
+                            let before = self.items;
+                            self.message(d, body, depth + 1)?;
+                            data_points = self.items - before;
                         }
                         Some(Msg(d)) => self.message(d, body, depth + 1)?,
                         Some(Varint) | Some(I64) | Some(I32) => {
@@ -542,6 +551,45 @@ mod tests {
             }],
         };
         assert_eq!(validate(Signal::Traces, &no_ids.encode_to_vec()), Err(WireError::NeedsDecode));
+    }
+
+    #[test]
+    fn a_metric_with_two_data_fields_counts_the_last_one() {
+        let gauge = Metric {
+            name: "g".into(),
+            data: Some(Data::Gauge(Gauge { data_points: vec![NumberDataPoint::default(); 3] })),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let sum = Metric {
+            data: Some(Data::Sum(Sum { data_points: vec![NumberDataPoint::default(); 2], ..Default::default() })),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        // Both encodings concatenated are one Metric holding gauge then sum: prost keeps the sum.
+        let metric: Vec<u8> = gauge.into_iter().chain(sum).collect();
+        let req = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric::decode(metric.as_slice()).unwrap()],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        // Wrap it by hand (prost would drop the gauge): field 2 of ScopeMetrics, field 2 of
+        // ResourceMetrics, field 1 of the request.
+        let wrap = |field: u32, body: &[u8]| {
+            let mut v = Vec::new();
+            prost::encoding::encode_key(field, prost::encoding::WireType::LengthDelimited, &mut v);
+            prost::encoding::encode_varint(body.len() as u64, &mut v);
+            v.extend_from_slice(body);
+            v
+        };
+        let top = wrap(1, &wrap(2, &wrap(2, &metric)));
+        let decoded = ExportMetricsServiceRequest::decode(top.as_slice()).unwrap();
+        assert_eq!(decoded, req);
+        assert_eq!(validate(Signal::Metrics, &top), Ok(2));
     }
 
     /// Fuzz-style: random truncations, byte flips, insertions and deletions of real requests.
