@@ -153,6 +153,15 @@ pub struct CreateContext {
     pub id: ComponentId,
     /// The agent's self-telemetry.
     pub telemetry: Arc<Telemetry>,
+    /// Services shared by the components of one running graph (state, replay control).
+    pub host: Arc<crate::host::Host>,
+}
+
+impl CreateContext {
+    /// A context with a fresh host (for tests and stand-alone components).
+    pub fn new(id: ComponentId, telemetry: Arc<Telemetry>) -> Self {
+        CreateContext { id, telemetry, host: crate::host::Host::new() }
+    }
 }
 
 /// The consumers a receiver feeds, one per signal it is used for.
@@ -246,6 +255,11 @@ pub trait ProcessorFactory: Send + Sync {
         signal: Signal,
         next: ConsumerRef,
     ) -> Result<NodeRef, ComponentError>;
+    /// The Arrow side of an Arrow processor: adjacent Arrow processors of a pipeline run in one
+    /// stage that converts each batch once. `None` for processors that work on OTLP.
+    fn arrow(&self) -> Option<&dyn crate::arrow::ArrowProcessorFactory> {
+        None
+    }
 }
 
 /// Builds exporters of one type.

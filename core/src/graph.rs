@@ -9,6 +9,7 @@
 use crate::component::{ComponentError, ComponentId, CreateContext, Extension, NodeRef, Receiver, ReceiverConsumers};
 use crate::config::{Config, PipelineConfig, PipelineId};
 use crate::consumer::{ConsumerRef, Fanout};
+use crate::host::Host;
 use crate::pdata::Signal;
 use crate::registry::Registry;
 use crate::telemetry::Telemetry;
@@ -71,6 +72,7 @@ struct Builder<'a> {
     config: &'a Config,
     registry: &'a Registry,
     telemetry: Arc<Telemetry>,
+    host: Arc<Host>,
     exporters: HashMap<(ComponentId, Signal), NodeRef>,
     connectors: HashMap<(ComponentId, Signal, Signal), NodeRef>,
     entries: HashMap<PipelineId, ConsumerRef>,
@@ -80,7 +82,7 @@ struct Builder<'a> {
 
 impl<'a> Builder<'a> {
     fn ctx(&self, id: &ComponentId) -> CreateContext {
-        CreateContext { id: id.clone(), telemetry: self.telemetry.clone() }
+        CreateContext { id: id.clone(), telemetry: self.telemetry.clone(), host: self.host.clone() }
     }
 
     fn pipeline(&self, id: &PipelineId) -> Option<&'a PipelineConfig> {
@@ -186,10 +188,21 @@ impl<'a> Builder<'a> {
 impl Service {
     /// Builds every component of a validated configuration (nothing is started yet).
     pub fn build(config: &Config, registry: &Registry, telemetry: Arc<Telemetry>) -> Result<Service, GraphError> {
+        Self::build_with_host(config, registry, telemetry, Host::new())
+    }
+
+    /// Builds with a given host (shared state registry, replay control).
+    pub fn build_with_host(
+        config: &Config,
+        registry: &Registry,
+        telemetry: Arc<Telemetry>,
+        host: Arc<Host>,
+    ) -> Result<Service, GraphError> {
         let mut b = Builder {
             config,
             registry,
             telemetry: telemetry.clone(),
+            host: host.clone(),
             exporters: HashMap::new(),
             connectors: HashMap::new(),
             entries: HashMap::new(),
@@ -225,9 +238,7 @@ impl Service {
             let f = registry
                 .extension(&eid.type_name)
                 .ok_or_else(|| gerr("extension", eid, ComponentError::Start("unknown type".into())))?;
-            let e = f
-                .create(CreateContext { id: eid.clone(), telemetry: telemetry.clone() }, &ecfg.settings)
-                .map_err(|e| gerr("extension", eid, e))?;
+            let e = f.create(b.ctx(eid), &ecfg.settings).map_err(|e| gerr("extension", eid, e))?;
             extensions.push((eid.clone(), e));
         }
         Ok(Service { receivers, nodes: b.nodes, extensions, status: StatusHandle::default() })

@@ -1,14 +1,17 @@
 //! inferwatch core: telemetry data, component traits, configuration, the pipeline graph and self-telemetry.
 
+pub mod arrow;
 pub mod component;
 pub mod config;
 pub mod consumer;
 pub mod exporterhelper;
 pub mod extension;
 pub mod graph;
+pub mod host;
 pub mod pdata;
 pub mod registry;
 pub mod settings;
+pub mod state;
 pub mod telemetry;
 
 pub use component::{ComponentId, ComponentKind};

@@ -54,6 +54,13 @@ pub struct Telemetry {
     processor_dropped: PerSignal,
     queue_size: GaugeFamily,
     queue_capacity: GaugeFamily,
+    arrow_conversions: CounterFamily,
+    late_points: CounterFamily,
+    derived_points: CounterFamily,
+    series: GaugeFamily,
+    series_evicted: CounterFamily,
+    checkpoints: CounterFamily,
+    replay_items: CounterFamily,
     process_rss: Gauge,
     process_cpu: Counter<f64, AtomicU64>,
     process_uptime: Counter<f64, AtomicU64>,
@@ -144,6 +151,36 @@ impl Telemetry {
             "Fixed capacity of the retry queue (in batches)",
             queue_capacity.clone(),
         );
+        let arrow_conversions = CounterFamily::default();
+        r.register(
+            "inferwatch_arrow_conversions",
+            "OTLP batches converted to Arrow RecordBatches, by converting component and signal",
+            arrow_conversions.clone(),
+        );
+        let late_points = CounterFamily::default();
+        r.register(
+            "inferwatch_arrow_late_items",
+            "Items older than the pipeline's watermark minus allowed_lateness, excluded from windows",
+            late_points.clone(),
+        );
+        let derived_points = CounterFamily::default();
+        r.register(
+            "inferwatch_arrow_derived_points",
+            "Data points emitted by Arrow processors",
+            derived_points.clone(),
+        );
+        let series = GaugeFamily::default();
+        r.register("inferwatch_processor_series", "Series whose state a processor holds", series.clone());
+        let series_evicted = CounterFamily::default();
+        r.register(
+            "inferwatch_processor_series_evicted",
+            "Series evicted from a processor's state (reason: idle or max_series)",
+            series_evicted.clone(),
+        );
+        let checkpoints = CounterFamily::default();
+        r.register("inferwatch_checkpoints", "State checkpoints taken, by result", checkpoints.clone());
+        let replay_items = CounterFamily::default();
+        r.register("inferwatch_replay_items", "Items read from recordings by replay receivers", replay_items.clone());
         let process_rss = Gauge::default();
         r.register(
             "otelcol_process_memory_rss",
@@ -166,6 +203,13 @@ impl Telemetry {
             processor_dropped,
             queue_size,
             queue_capacity,
+            arrow_conversions,
+            late_points,
+            derived_points,
+            series,
+            series_evicted,
+            checkpoints,
+            replay_items,
             process_rss,
             process_cpu,
             process_uptime,
@@ -203,6 +247,48 @@ impl Telemetry {
             refused: self.processor_refused.get(signal, &l),
             dropped: self.processor_dropped.get(signal, &l),
         }
+    }
+
+    /// Counter of OTLP → Arrow conversions made by `component` (e.g. `stage metrics/window_stats`).
+    pub fn arrow_conversions(&self, component: &str, signal: Signal) -> Counter {
+        let l: Labels = vec![("component".into(), component.into()), ("data_type".into(), signal.as_str().into())];
+        self.arrow_conversions.get_or_create(&l).clone()
+    }
+
+    /// Counter of late items excluded by the Arrow stage of `pipeline`.
+    pub fn late_items(&self, pipeline: &str) -> Counter {
+        let l: Labels = vec![("pipeline".into(), pipeline.into())];
+        self.late_points.get_or_create(&l).clone()
+    }
+
+    /// Counter of data points derived by `processor`.
+    pub fn derived_points(&self, processor: &ComponentId) -> Counter {
+        let l: Labels = vec![("processor".into(), processor.to_string())];
+        self.derived_points.get_or_create(&l).clone()
+    }
+
+    /// Gauge of series held by `processor` in one pipeline.
+    pub fn series(&self, processor: &ComponentId, pipeline: &str) -> Gauge {
+        let l: Labels = vec![("processor".into(), processor.to_string()), ("pipeline".into(), pipeline.into())];
+        self.series.get_or_create(&l).clone()
+    }
+
+    /// Counter of series evicted by `processor` for `reason` (`idle`, `max_series`).
+    pub fn series_evicted(&self, processor: &ComponentId, reason: &str) -> Counter {
+        let l: Labels = vec![("processor".into(), processor.to_string()), ("reason".into(), reason.into())];
+        self.series_evicted.get_or_create(&l).clone()
+    }
+
+    /// Counter of checkpoints with `result` (`ok`, `failed`).
+    pub fn checkpoints(&self, result: &str) -> Counter {
+        let l: Labels = vec![("result".into(), result.into())];
+        self.checkpoints.get_or_create(&l).clone()
+    }
+
+    /// Counter of items read by a replay receiver.
+    pub fn replay_items(&self, receiver: &ComponentId, signal: Signal) -> Counter {
+        let l: Labels = vec![("receiver".into(), receiver.to_string()), ("data_type".into(), signal.as_str().into())];
+        self.replay_items.get_or_create(&l).clone()
     }
 
     /// Renders every metric in the OpenMetrics text format.

@@ -468,7 +468,7 @@ mod tests {
         let id = ComponentId::parse("debug/test").unwrap();
         let metrics = telemetry.exporter(&id, Signal::Traces);
         let node = DebugExporterFactory
-            .create(CreateContext { id, telemetry }, &json!({"use_internal_logger": true}), Signal::Traces)
+            .create(CreateContext::new(id, telemetry), &json!({"use_internal_logger": true}), Signal::Traces)
             .unwrap();
         node.start().await.unwrap();
         // No queue: the item is counted by the time consume returns.

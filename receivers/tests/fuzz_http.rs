@@ -271,7 +271,7 @@ fn random_request(rng: &mut StdRng) -> (&'static str, &'static str, Option<&'sta
 async fn random_bodies_get_2xx_or_4xx_and_the_server_keeps_serving() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let telemetry = Arc::new(Telemetry::new());
-    let ctx = CreateContext { id: ComponentId::parse("otlp").unwrap(), telemetry };
+    let ctx = CreateContext::new(ComponentId::parse("otlp").unwrap(), telemetry);
     let cfg = json!({"protocols": {"http": {"endpoint": "127.0.0.1:0", "max_request_body_size": LIMIT}}});
     let mut rx = OtlpReceiver::new(ctx, OtlpConfig::from_value(&cfg).unwrap());
     let sink = Arc::new(Check::default());

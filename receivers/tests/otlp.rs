@@ -91,7 +91,7 @@ impl Harness {
 
     async fn start_with(cfg: serde_json::Value, signals: &[Signal]) -> Harness {
         let telemetry = Arc::new(Telemetry::new());
-        let ctx = CreateContext { id: ComponentId::parse("otlp").unwrap(), telemetry: telemetry.clone() };
+        let ctx = CreateContext::new(ComponentId::parse("otlp").unwrap(), telemetry.clone());
         let mut rx = OtlpReceiver::new(ctx, OtlpConfig::from_value(&cfg).unwrap());
         let sink = Arc::new(Collect::default());
         let mut consumers = ReceiverConsumers::default();
@@ -721,7 +721,7 @@ impl Consumer for Gate {
 #[tokio::test(flavor = "multi_thread")]
 async fn shutdown_waits_for_in_flight_requests_then_refuses_connections() {
     let telemetry = Arc::new(Telemetry::new());
-    let ctx = CreateContext { id: ComponentId::parse("otlp/gate").unwrap(), telemetry };
+    let ctx = CreateContext::new(ComponentId::parse("otlp/gate").unwrap(), telemetry);
     let cfg = json!({"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}, "http": {"endpoint": "127.0.0.1:0"}}});
     let mut rx = OtlpReceiver::new(ctx, OtlpConfig::from_value(&cfg).unwrap());
     let (tx, entered) = oneshot::channel();
@@ -762,7 +762,7 @@ async fn bind_errors_name_the_endpoint() {
     let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = taken.local_addr().unwrap().port();
     let telemetry = Arc::new(Telemetry::new());
-    let ctx = CreateContext { id: ComponentId::parse("otlp").unwrap(), telemetry };
+    let ctx = CreateContext::new(ComponentId::parse("otlp").unwrap(), telemetry);
     let cfg = json!({"protocols": {"grpc": {"endpoint": format!("127.0.0.1:{port}")}}});
     let mut rx = OtlpReceiverFactory.create(ctx, &cfg).unwrap();
     let err = rx.start(ReceiverConsumers::default()).await.unwrap_err();

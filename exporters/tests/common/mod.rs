@@ -114,7 +114,7 @@ pub async fn start(factory: &dyn ExporterFactory, cfg: serde_json::Value, signal
     let id = ComponentId::parse(factory.type_name()).unwrap();
     let metrics = telemetry.exporter(&id, signal);
     let node =
-        factory.create(CreateContext { id, telemetry }, &cfg, signal).unwrap_or_else(|e| panic!("create {cfg}: {e}"));
+        factory.create(CreateContext::new(id, telemetry), &cfg, signal).unwrap_or_else(|e| panic!("create {cfg}: {e}"));
     node.start().await.unwrap();
     Built { node, metrics }
 }

@@ -278,7 +278,7 @@ pub async fn exporter(target: &OtlpTarget, signal: Signal) -> Result<NodeRef, Se
         }
     };
     let id = ComponentId::parse(id).map_err(|e| ServerError::Exporter(e.to_string()))?;
-    let ctx = CreateContext { id, telemetry: Arc::new(Telemetry::new()) };
+    let ctx = CreateContext::new(id, Arc::new(Telemetry::new()));
     let node = factory.create(ctx, &cfg, signal).map_err(|e| ServerError::Exporter(e.to_string()))?;
     node.start().await.map_err(|e| ServerError::Exporter(e.to_string()))?;
     Ok(node)

@@ -1,0 +1,1 @@
+//! Attribute lists (KeyValue) ⇄ the Arrow attributes map column.

@@ -1,0 +1,55 @@
+//! The Arrow processor contract: what a processor reads, and how it turns batches into derived batches.
+//!
+//! An Arrow processor declares the signal and the columns it reads ([`Needs`]), receives the
+//! pipeline's data as RecordBatches of that signal's schema (late rows already removed), and
+//! emits derived RecordBatches of the metrics schema (derived metrics, scores). It never
+//! changes its input: the stage that runs it passes the input on unchanged and sends the
+//! derived batches after it. Time only moves through [`ArrowProcessor::advance`], driven by the
+//! pipeline's event-time watermark: nothing in a processor reads the wall clock.
+
+use super::RecordBatch;
+use crate::component::{ComponentError, CreateContext, FieldError};
+use crate::pdata::Signal;
+use crate::state::StateError;
+
+/// What a processor reads: its input signal and the columns of that signal's schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Needs {
+    /// The signal (schema) of its input.
+    pub signal: Signal,
+    /// Names of the input columns it reads (checked against the schema when the pipeline is built).
+    pub columns: Vec<&'static str>,
+}
+
+/// A running Arrow processor (one per pipeline it appears in).
+pub trait ArrowProcessor: Send {
+    /// The signal and columns it reads.
+    fn needs(&self) -> Needs;
+    /// How far behind the newest event time a point may arrive and still count, in ns.
+    fn allowed_lateness_ns(&self) -> u64;
+    /// Takes one batch of on-time input rows; derived batches (metrics schema) go to `out`.
+    fn process(&mut self, batch: &RecordBatch, out: &mut Vec<RecordBatch>) -> Result<(), super::ConvError>;
+    /// The pipeline's watermark reached `watermark_ns`: close what ends at or before it, emitting into `out`.
+    fn advance(&mut self, watermark_ns: u64, out: &mut Vec<RecordBatch>) -> Result<(), super::ConvError>;
+    /// Version of the format [`ArrowProcessor::snapshot`] writes; a checkpoint of another version is refused.
+    fn state_version(&self) -> u32;
+    /// Serializes the processor's state for a checkpoint.
+    fn snapshot(&self) -> Result<Vec<u8>, StateError>;
+    /// Restores state written by [`ArrowProcessor::snapshot`] of the same version.
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError>;
+    /// Number of series currently held (exported as a self-metric).
+    fn series_count(&self) -> usize;
+}
+
+/// Builds Arrow processors of one type; returned by [`crate::component::ProcessorFactory::arrow`].
+pub trait ArrowProcessorFactory: Send + Sync {
+    /// Checks the settings (same as the processor factory's `validate`).
+    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError>;
+    /// Builds one processor for one pipeline of `signal`.
+    fn create_arrow(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+    ) -> Result<Box<dyn ArrowProcessor>, ComponentError>;
+}

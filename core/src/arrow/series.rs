@@ -1,0 +1,1 @@
+//! The stable 64-bit series id of a metric data point.

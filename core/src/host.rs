@@ -1,0 +1,75 @@
+//! What every component of one running service shares: the state registry and, under
+//! `inferwatch replay`, the replay request and its progress.
+
+use crate::state::StateRegistry;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Shared services of one running pipeline graph.
+#[derive(Default)]
+pub struct Host {
+    /// Stateful components and the checkpoint store.
+    pub state: Arc<StateRegistry>,
+    /// Set by `inferwatch replay`: the inputs replay receivers read and where they report progress.
+    pub replay: Option<Arc<ReplayControl>>,
+}
+
+impl Host {
+    /// A host with an empty state registry and no replay request.
+    pub fn new() -> Arc<Host> {
+        Arc::new(Host::default())
+    }
+}
+
+/// The inputs of `inferwatch replay` and the progress the replay receivers report.
+#[derive(Debug, Default)]
+pub struct ReplayControl {
+    /// Files or directories to read (directories recursively).
+    pub inputs: Vec<PathBuf>,
+    /// Pace at this many times real time (by the data's timestamps); `None` = as fast as possible.
+    pub speed: Option<f64>,
+    /// Progress counters.
+    pub progress: ReplayProgress,
+}
+
+/// Counters a replay receiver updates as it reads.
+#[derive(Debug, Default)]
+pub struct ReplayProgress {
+    /// Total input bytes of all files (known after listing).
+    pub total_bytes: AtomicU64,
+    /// Input bytes read so far.
+    pub done_bytes: AtomicU64,
+    /// Items (points, spans, records) fed to the pipeline so far.
+    pub items: AtomicU64,
+    /// Files listed.
+    pub files_total: AtomicU64,
+    /// Files fully read.
+    pub files_done: AtomicU64,
+    /// Items the pipeline refused for good (counted, not retried).
+    pub failed_items: AtomicU64,
+    /// Set when every receiver has read all its inputs.
+    pub finished: AtomicBool,
+    /// Wakes the waiting command when `finished` is set.
+    pub notify: tokio::sync::Notify,
+}
+
+impl ReplayProgress {
+    /// Marks the replay finished and wakes the waiting command.
+    pub fn finish(&self) {
+        self.finished.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+
+    /// Waits until [`ReplayProgress::finish`] was called.
+    pub async fn wait_finished(&self) {
+        while !self.finished.load(Ordering::SeqCst) {
+            let n = self.notify.notified();
+            if self.finished.load(Ordering::SeqCst) {
+                break;
+            }
+            n.await;
+        }
+    }
+}
