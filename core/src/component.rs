@@ -211,6 +211,8 @@ pub trait Node: Consumer {
     async fn start(&self) -> Result<(), ComponentError> {
         Ok(())
     }
+    /// The input ended (a replay finished): emit what event time still holds (open windows).
+    async fn end_of_input(&self) {}
     /// Flushes and stops; must finish by `deadline`. Returns items that could not be delivered.
     async fn shutdown(&self, deadline: Instant) -> u64;
 }

@@ -6,6 +6,7 @@
 //! Start runs the other way round, so receivers accept data only once everything behind them
 //! is ready; shutdown stops receivers first, then flushes nodes from upstream to downstream.
 
+use crate::arrow::stage::{ArrowStage, StageContext};
 use crate::component::{ComponentError, ComponentId, CreateContext, Extension, NodeRef, Receiver, ReceiverConsumers};
 use crate::config::{Config, PipelineConfig, PipelineId};
 use crate::consumer::{ConsumerRef, Fanout};
@@ -66,6 +67,7 @@ pub struct Service {
     nodes: Vec<(String, NodeRef)>,
     extensions: Vec<(ComponentId, Box<dyn Extension>)>,
     status: StatusHandle,
+    host: Arc<Host>,
 }
 
 struct Builder<'a> {
@@ -87,6 +89,22 @@ impl<'a> Builder<'a> {
 
     fn pipeline(&self, id: &PipelineId) -> Option<&'a PipelineConfig> {
         self.config.service.pipelines.iter().find(|p| &p.id == id)
+    }
+
+    fn processor_factory(
+        &self,
+        id: &ComponentId,
+    ) -> Result<(&'a Arc<dyn crate::component::ProcessorFactory>, &'a serde_json::Value), GraphError> {
+        let cfg = self
+            .config
+            .processors
+            .get(id)
+            .ok_or_else(|| gerr("processor", id, ComponentError::Start("not defined".into())))?;
+        let f = self
+            .registry
+            .processor(&id.type_name)
+            .ok_or_else(|| gerr("processor", id, ComponentError::Start("unknown type".into())))?;
+        Ok((f, &cfg.settings))
     }
 
     /// The first consumer of a pipeline, building it (and everything downstream) on first use.
@@ -165,19 +183,43 @@ impl<'a> Builder<'a> {
             }
         }
         let mut next = Fanout::wrap(outs);
-        for (prid, _) in p.processors.iter().rev() {
-            let cfg = self
-                .config
-                .processors
-                .get(prid)
-                .ok_or_else(|| gerr("processor", prid, ComponentError::Start("not defined".into())))?;
-            let f = self
-                .registry
-                .processor(&prid.type_name)
-                .ok_or_else(|| gerr("processor", prid, ComponentError::Start("unknown type".into())))?;
-            let n = f.create(self.ctx(prid), &cfg.settings, signal, next).map_err(|e| gerr("processor", prid, e))?;
-            self.nodes.push((format!("processor {prid} in {pid}"), n.clone()));
-            next = n;
+        let procs: Vec<&ComponentId> = p.processors.iter().map(|(id, _)| id).collect();
+        let is_arrow = |id: &ComponentId| self.registry.processor(&id.type_name).is_some_and(|f| f.arrow().is_some());
+        let mut end = procs.len();
+        while end > 0 {
+            let prid = procs[end - 1];
+            if is_arrow(prid) {
+                // Adjacent Arrow processors share one stage: one conversion per batch.
+                let mut start = end - 1;
+                while start > 0 && is_arrow(procs[start - 1]) {
+                    start -= 1;
+                }
+                let mut list = Vec::new();
+                for id in &procs[start..end] {
+                    let (f, cfg) = self.processor_factory(id)?;
+                    let Some(af) = f.arrow() else { continue };
+                    list.push((
+                        (*id).clone(),
+                        af.create_arrow(self.ctx(id), cfg, signal).map_err(|e| gerr("processor", id, e))?,
+                    ));
+                }
+                let sctx = StageContext {
+                    pipeline: pid.to_string(),
+                    telemetry: self.telemetry.clone(),
+                    host: self.host.clone(),
+                };
+                let names: Vec<String> = procs[start..end].iter().map(|id| id.to_string()).collect();
+                let n: NodeRef = ArrowStage::build(sctx, list, signal, next).map_err(|e| gerr("processor", prid, e))?;
+                self.nodes.push((format!("arrow stage [{}] in {pid}", names.join(", ")), n.clone()));
+                next = n;
+                end = start;
+            } else {
+                let (f, cfg) = self.processor_factory(prid)?;
+                let n = f.create(self.ctx(prid), cfg, signal, next).map_err(|e| gerr("processor", prid, e))?;
+                self.nodes.push((format!("processor {prid} in {pid}"), n.clone()));
+                next = n;
+                end -= 1;
+            }
         }
         self.building.retain(|b| b != pid);
         self.entries.insert(pid.clone(), next.clone());
@@ -241,7 +283,7 @@ impl Service {
             let e = f.create(b.ctx(eid), &ecfg.settings).map_err(|e| gerr("extension", eid, e))?;
             extensions.push((eid.clone(), e));
         }
-        Ok(Service { receivers, nodes: b.nodes, extensions, status: StatusHandle::default() })
+        Ok(Service { receivers, nodes: b.nodes, extensions, status: StatusHandle::default(), host })
     }
 
     /// The pipelines' running state.
@@ -267,6 +309,19 @@ impl Service {
             "everything is ready; pipelines running"
         );
         Ok(())
+    }
+
+    /// Tells every node, upstream first, that the input ended (a replay finished), so Arrow
+    /// stages emit the windows event time still holds open.
+    pub async fn end_of_input(&self) {
+        for (_, n) in self.nodes.iter().rev() {
+            n.end_of_input().await;
+        }
+    }
+
+    /// The shared host (state registry, replay control).
+    pub fn host(&self) -> Arc<Host> {
+        self.host.clone()
     }
 
     /// Stops receivers, then flushes and stops nodes upstream-first, within `timeout`.

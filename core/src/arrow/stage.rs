@@ -1,9 +1,74 @@
 //! The Arrow stage: runs a pipeline's adjacent Arrow processors over one conversion per batch.
+//!
+//! For each payload the stage converts once to Arrow (counted in
+//! `inferwatch_arrow_conversions_total`), passes the payload on unchanged, removes late rows
+//! (event time below the pipeline's watermark, counted in `inferwatch_arrow_late_items_total`),
+//! hands the on-time rows to each processor in order (a processor also sees the derived
+//! batches of the processors before it), advances the watermark to
+//! `max event time seen − allowed_lateness` and lets every processor close what ends at or
+//! before it, then sends the derived batches downstream as OTLP. The watermark and the
+//! processors' state are checkpointed through the host's state registry.
 
-use super::ArrowProcessorFactory;
-use crate::component::{ComponentError, CreateContext, NodeRef};
-use crate::consumer::ConsumerRef;
-use crate::pdata::Signal;
+use super::{ArrowProcessor, ArrowProcessorFactory, RecordBatch};
+use crate::component::{ComponentError, ComponentId, CreateContext, Node, NodeRef};
+use crate::consumer::{ConsumeError, Consumer, ConsumerRef};
+use crate::host::Host;
+use crate::pdata::{Payload, Signal};
+use crate::state::{Checkpoint, StateError};
+use crate::telemetry::Telemetry;
+use arrow_array::{Array, BooleanArray};
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Version of the stage's checkpoint payload.
+const STAGE_STATE_VERSION: u32 = 1;
+
+/// Where a stage runs: its pipeline and the agent's shared services.
+#[derive(Clone)]
+pub struct StageContext {
+    /// Pipeline id (`metrics`, `metrics/detect`).
+    pub pipeline: String,
+    /// Self-telemetry.
+    pub telemetry: Arc<Telemetry>,
+    /// Shared services (state registry).
+    pub host: Arc<Host>,
+}
+
+struct Member {
+    id: ComponentId,
+    proc: Box<dyn ArrowProcessor>,
+    derived: Counter,
+    series: Gauge,
+}
+
+struct Inner {
+    members: Vec<Member>,
+    /// Largest event time seen (ns); 0 before any data.
+    max_seen: u64,
+    /// Current watermark (ns); 0 before any data.
+    watermark: u64,
+}
+
+/// A running Arrow stage (one per run of adjacent Arrow processors in a pipeline).
+pub struct ArrowStage {
+    name: String,
+    signal: Signal,
+    lateness_ns: u64,
+    inner: Arc<Mutex<Inner>>,
+    order: tokio::sync::Mutex<()>,
+    next: ConsumerRef,
+    conversions: Counter,
+    late: Counter,
+    dropped: Counter,
+    host: Arc<Host>,
+    stopping: AtomicBool,
+}
 
 /// Builds a stage holding one Arrow processor (what a processor factory's `create` returns;
 /// the graph fuses adjacent Arrow processors of a pipeline into one stage instead).
@@ -14,6 +79,312 @@ pub fn build_single(
     signal: Signal,
     next: ConsumerRef,
 ) -> Result<NodeRef, ComponentError> {
-    let _ = (ctx, factory, cfg, signal, next);
-    Err(ComponentError::Start("arrow stage not built yet".into()))
+    let sctx = StageContext {
+        pipeline: signal.as_str().to_string(),
+        telemetry: ctx.telemetry.clone(),
+        host: ctx.host.clone(),
+    };
+    let id = ctx.id.clone();
+    let p = factory.create_arrow(ctx, cfg, signal)?;
+    Ok(ArrowStage::build(sctx, vec![(id, p)], signal, next)?)
+}
+
+impl ArrowStage {
+    /// Builds a stage over `processors` (in pipeline order) feeding `next`; registers its checkpoint.
+    pub fn build(
+        ctx: StageContext,
+        processors: Vec<(ComponentId, Box<dyn ArrowProcessor>)>,
+        signal: Signal,
+        next: ConsumerRef,
+    ) -> Result<Arc<ArrowStage>, ComponentError> {
+        let schema = match signal {
+            Signal::Metrics => super::schema::metrics_schema(),
+            Signal::Traces => super::schema::spans_schema(),
+            Signal::Logs => {
+                return Err(ComponentError::Start(
+                    "Arrow processors cannot run in a logs pipeline (no Arrow schema)".into(),
+                ));
+            }
+        };
+        let mut lateness_ns = 0;
+        let mut members = Vec::with_capacity(processors.len());
+        for (id, proc) in processors {
+            let needs = proc.needs();
+            if needs.signal != signal {
+                return Err(ComponentError::Start(format!(
+                    "processor {id} reads {} but pipeline {} carries {signal}",
+                    needs.signal, ctx.pipeline
+                )));
+            }
+            if let Some(c) = needs.columns.iter().find(|c| schema.field_with_name(c).is_err()) {
+                return Err(ComponentError::Start(format!(
+                    "processor {id} needs column {c:?}, not in the {signal} schema"
+                )));
+            }
+            lateness_ns = lateness_ns.max(proc.allowed_lateness_ns());
+            members.push(Member {
+                derived: ctx.telemetry.derived_points(&id),
+                series: ctx.telemetry.series(&id, &ctx.pipeline),
+                id,
+                proc,
+            });
+        }
+        let ids: Vec<String> = members.iter().map(|m| m.id.to_string()).collect();
+        let name = format!("{}/{}", ctx.pipeline, ids.join("+"));
+        let inner = Arc::new(Mutex::new(Inner { members, max_seen: 0, watermark: 0 }));
+        ctx.host.state.register(Arc::new(StageCheckpoint { key: format!("stage/{name}"), inner: inner.clone() }));
+        Ok(Arc::new(ArrowStage {
+            conversions: ctx.telemetry.arrow_conversions(&format!("stage {name}"), signal),
+            late: ctx.telemetry.late_items(&ctx.pipeline),
+            dropped: ctx
+                .telemetry
+                .processor(&ComponentId { type_name: "arrow_stage".into(), name: None }, signal)
+                .dropped,
+            name,
+            signal,
+            lateness_ns,
+            inner,
+            order: tokio::sync::Mutex::new(()),
+            next,
+            host: ctx.host,
+            stopping: AtomicBool::new(false),
+        }))
+    }
+
+    /// The pipeline watermark now (ns since the epoch; 0 before any data).
+    pub fn watermark(&self) -> u64 {
+        self.inner.lock().watermark
+    }
+
+    /// Runs the processors over one converted batch; returns the derived batches.
+    fn run(&self, batch: &RecordBatch) -> Result<Vec<RecordBatch>, super::ConvError> {
+        let times = super::time_column(batch)?;
+        let mut inner = self.inner.lock();
+        let wm = inner.watermark;
+        let mut max_t = inner.max_seen;
+        let mut late = 0usize;
+        let mask: Vec<bool> = (0..times.len())
+            .map(|i| {
+                let t = if times.is_null(i) { 0 } else { times.value(i) as u64 };
+                max_t = max_t.max(t);
+                let on_time = t >= wm;
+                if !on_time {
+                    late += 1;
+                }
+                on_time
+            })
+            .collect();
+        let on_time = if late == 0 {
+            batch.clone()
+        } else {
+            self.late.inc_by(late as u64);
+            arrow_select::filter::filter_record_batch(batch, &BooleanArray::from(mask))?
+        };
+        inner.max_seen = max_t;
+        let new_wm = max_t.saturating_sub(self.lateness_ns);
+        let advance = new_wm > inner.watermark;
+        if advance {
+            inner.watermark = new_wm;
+        }
+        let mut derived: Vec<RecordBatch> = Vec::new();
+        for m in inner.members.iter_mut() {
+            let mut out = Vec::new();
+            if on_time.num_rows() > 0 {
+                m.proc.process(&on_time, &mut out)?;
+            }
+            for d in &derived {
+                if super::schema::signal_of(d.schema_ref()) == Some(self.signal) {
+                    m.proc.process(d, &mut out)?;
+                }
+            }
+            if advance {
+                m.proc.advance(new_wm, &mut out)?;
+            }
+            m.derived.inc_by(out.iter().map(|b| b.num_rows() as u64).sum());
+            m.series.set(m.proc.series_count() as i64);
+            derived.extend(out);
+        }
+        Ok(derived)
+    }
+
+    /// Advances every processor to the end of time and returns what they emit.
+    fn run_to_end(&self) -> Result<Vec<RecordBatch>, super::ConvError> {
+        let mut inner = self.inner.lock();
+        inner.watermark = u64::MAX;
+        let mut derived: Vec<RecordBatch> = Vec::new();
+        for m in inner.members.iter_mut() {
+            let mut out = Vec::new();
+            for d in &derived {
+                if super::schema::signal_of(d.schema_ref()) == Some(self.signal) {
+                    m.proc.process(d, &mut out)?;
+                }
+            }
+            m.proc.advance(u64::MAX, &mut out)?;
+            m.derived.inc_by(out.iter().map(|b| b.num_rows() as u64).sum());
+            m.series.set(m.proc.series_count() as i64);
+            derived.extend(out);
+        }
+        Ok(derived)
+    }
+
+    /// Sends derived batches downstream as one OTLP payload, retrying refusals.
+    async fn send_derived(&self, derived: Vec<RecordBatch>) {
+        let mut payload: Option<Payload> = None;
+        for b in derived.iter().filter(|b| b.num_rows() > 0) {
+            match super::batch_to_payload(b) {
+                Ok(p) if p.signal() == self.signal => match payload.as_mut() {
+                    None => payload = Some(p),
+                    Some(acc) => {
+                        if let Err(p) = acc.append(p) {
+                            self.dropped.inc_by(p.item_count() as u64);
+                        }
+                    }
+                },
+                Ok(p) => {
+                    tracing::warn!(stage = %self.name, signal = %p.signal(), "derived data of another signal dropped");
+                    self.dropped.inc_by(p.item_count() as u64);
+                }
+                Err(e) => {
+                    tracing::warn!(stage = %self.name, error = %e, "derived batch could not be converted; dropped");
+                    self.dropped.inc_by(b.num_rows() as u64);
+                }
+            }
+        }
+        let Some(payload) = payload else { return };
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            match self.next.consume(payload.clone()).await {
+                Ok(()) => return,
+                Err(e) if e.is_retryable() && !self.stopping.load(Ordering::SeqCst) => {
+                    let wait = match &e {
+                        ConsumeError::Refused { retry_after: Some(d), .. } => *d,
+                        _ => backoff,
+                    };
+                    tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => {
+                    tracing::warn!(stage = %self.name, error = %e, items = payload.item_count(), "derived data dropped");
+                    self.dropped.inc_by(payload.item_count() as u64);
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn flush_to_end(&self) {
+        let _order = self.order.lock().await;
+        match self.run_to_end() {
+            Ok(derived) => self.send_derived(derived).await,
+            Err(e) => tracing::warn!(stage = %self.name, error = %e, "flushing Arrow processors failed"),
+        }
+    }
+}
+
+#[async_trait]
+impl Consumer for ArrowStage {
+    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
+        let _order = self.order.lock().await;
+        let batch = match super::payload_to_batch(&data) {
+            Ok(b) => {
+                self.conversions.inc();
+                Some(b)
+            }
+            Err(e) => {
+                tracing::warn!(stage = %self.name, error = %e, "payload not convertible to Arrow; passed on unprocessed");
+                None
+            }
+        };
+        // The input goes on first and unchanged; state changes only once it was accepted, so a
+        // refusal (and the sender's retry) never counts the same data twice.
+        self.next.consume(data).await?;
+        let Some(batch) = batch else { return Ok(()) };
+        match self.run(&batch) {
+            Ok(derived) => self.send_derived(derived).await,
+            Err(e) => tracing::warn!(stage = %self.name, error = %e, "Arrow processors failed on a batch"),
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Node for ArrowStage {
+    async fn end_of_input(&self) {
+        self.flush_to_end().await;
+    }
+
+    async fn shutdown(&self, _deadline: Instant) -> u64 {
+        // With a store the open windows live on in the checkpoint; without one they are emitted now.
+        if !self.host.state.is_persistent() {
+            self.flush_to_end().await;
+        }
+        self.stopping.store(true, Ordering::SeqCst);
+        0
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct StageSnapshot {
+    max_seen: u64,
+    watermark: u64,
+    processors: Vec<(String, u32, Vec<u8>)>,
+}
+
+struct StageCheckpoint {
+    key: String,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Checkpoint for StageCheckpoint {
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+    fn kind(&self) -> &'static str {
+        "arrow_stage"
+    }
+    fn version(&self) -> u32 {
+        STAGE_STATE_VERSION
+    }
+    fn snapshot(&self) -> Result<Option<Vec<u8>>, StateError> {
+        let inner = self.inner.lock();
+        let mut processors = Vec::with_capacity(inner.members.len());
+        for m in &inner.members {
+            processors.push((m.id.to_string(), m.proc.state_version(), m.proc.snapshot()?));
+        }
+        let s = StageSnapshot { max_seen: inner.max_seen, watermark: inner.watermark, processors };
+        postcard::to_stdvec(&s)
+            .map(Some)
+            .map_err(|e| StateError::Corrupt { key: self.key.clone(), message: e.to_string() })
+    }
+    fn restore(&self, bytes: &[u8]) -> Result<(), StateError> {
+        let s: StageSnapshot = postcard::from_bytes(bytes)
+            .map_err(|e| StateError::Corrupt { key: self.key.clone(), message: e.to_string() })?;
+        let mut inner = self.inner.lock();
+        let found: Vec<&str> = s.processors.iter().map(|(id, _, _)| id.as_str()).collect();
+        let want: Vec<String> = inner.members.iter().map(|m| m.id.to_string()).collect();
+        if found != want.iter().map(String::as_str).collect::<Vec<_>>() {
+            return Err(StateError::Incompatible {
+                key: self.key.clone(),
+                what: "processor list",
+                found: found.join("+"),
+                expected: want.join("+"),
+            });
+        }
+        for (m, (_, version, _)) in inner.members.iter().zip(&s.processors) {
+            if *version != m.proc.state_version() {
+                return Err(StateError::Incompatible {
+                    key: format!("{}/{}", self.key, m.id),
+                    what: "state version",
+                    found: version.to_string(),
+                    expected: m.proc.state_version().to_string(),
+                });
+            }
+        }
+        for (m, (_, _, bytes)) in inner.members.iter_mut().zip(&s.processors) {
+            m.proc.restore(bytes)?;
+        }
+        inner.max_seen = s.max_seen;
+        inner.watermark = s.watermark;
+        Ok(())
+    }
 }

@@ -152,10 +152,25 @@ impl Validator<'_> {
                 self.connector(id, p, false, at, &key);
             }
         }
+        let mut last_arrow: Option<usize> = None;
         for (i, (id, at)) in p.processors.iter().enumerate() {
             if c.processors.contains_key(id) {
                 let signals = r.processor(&id.type_name).map(|f| f.signals());
                 self.supports("processor", id, signals, s, at, &format!("{pkey}.processors[{i}]"));
+                if r.processor(&id.type_name).is_some_and(|f| f.arrow().is_some()) {
+                    if let Some(prev) = last_arrow.filter(|prev| prev + 1 != i) {
+                        let prev_id = &p.processors[prev].0;
+                        self.err(
+                            at,
+                            &format!("{pkey}.processors[{i}]"),
+                            format!(
+                                "Arrow processor \"{id}\" must be adjacent to Arrow processor \"{prev_id}\" \
+                                 (adjacent Arrow processors share one conversion per batch; move the others before or after them)"
+                            ),
+                        );
+                    }
+                    last_arrow = Some(i);
+                }
             }
         }
         for (i, (id, at)) in p.exporters.iter().enumerate() {

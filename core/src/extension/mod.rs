@@ -1,3 +1,4 @@
 //! Built-in extensions.
 
 pub mod health_check;
+pub mod storage;
