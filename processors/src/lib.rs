@@ -1,8 +1,9 @@
-//! inferwatch processors and connectors: `batch`, `memory_limiter`, the `forward` connector.
+//! inferwatch processors and connectors: `batch`, `memory_limiter`, `window_stats`, the `forward` connector.
 
 pub mod batch;
 pub mod forward;
 pub mod memory_limiter;
+pub mod window_stats;
 
 use inferwatch_core::registry::Registry;
 use std::sync::Arc;
@@ -11,5 +12,6 @@ use std::sync::Arc;
 pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(batch::BatchFactory));
     reg.add_processor(Arc::new(memory_limiter::MemoryLimiterFactory));
+    reg.add_processor(Arc::new(window_stats::WindowStatsFactory));
     reg.add_connector(Arc::new(forward::ForwardFactory));
 }

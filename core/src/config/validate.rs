@@ -162,7 +162,7 @@ impl Validator<'_> {
                         let prev_id = &p.processors[prev].0;
                         self.err(
                             at,
-                            &format!("{pkey}.processors[{i}]"),
+                            format!("{pkey}.processors[{i}]"),
                             format!(
                                 "Arrow processor \"{id}\" must be adjacent to Arrow processor \"{prev_id}\" \
                                  (adjacent Arrow processors share one conversion per batch; move the others before or after them)"
