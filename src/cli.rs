@@ -22,6 +22,8 @@ pub enum Command {
     Run(ConfigArgs),
     /// Check a configuration and list every error (exit 0 when valid, 2 otherwise).
     Validate(ConfigArgs),
+    /// Replay recordings (Parquet, Arrow IPC, OTLP/JSON lines) through the pipelines, then exit.
+    Replay(crate::replay::ReplayArgs),
     /// List every component type with the signals it takes.
     Components,
     /// Run the simulated vLLM server, or a scenario on a simulated clock with --scenario FILE --out DIR.

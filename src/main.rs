@@ -2,6 +2,7 @@
 
 mod cli;
 mod demo;
+mod replay;
 mod run;
 
 use clap::Parser;
@@ -23,6 +24,8 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or_default() {
         // `run` sets up logging once the configuration (service.telemetry.logs.level) is read.
         cli::Command::Run(args) => run::run(&args.config, level.as_deref()),
+        // `replay` sets up logging once the configuration is read, as `run` does.
+        cli::Command::Replay(args) => replay::run(&args, level.as_deref()),
         cli::Command::Validate(args) => {
             cli::init_logging(level.as_deref());
             run::validate(&args.config)

@@ -1,10 +1,12 @@
 //! inferwatch receivers: components that take telemetry in from outside.
 
 pub mod otlp;
+pub mod replay;
 
 use std::sync::Arc;
 
 /// Registers every receiver factory of this crate.
 pub fn register(reg: &mut inferwatch_core::registry::Registry) {
     reg.add_receiver(Arc::new(otlp::OtlpReceiverFactory));
+    reg.add_receiver(Arc::new(replay::ReplayReceiverFactory));
 }

@@ -20,7 +20,7 @@ pub mod config;
 mod grpc;
 mod http;
 mod ingest;
-mod json;
+pub(crate) mod json;
 
 use async_trait::async_trait;
 use config::OtlpConfig;
