@@ -1,12 +1,13 @@
 //! `inferwatch replay`: feeds recordings through the pipelines of a configuration, shows
 //! progress, drains everything and prints a summary.
 
+use crate::run::{load_checked, report, wait_for_signal};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use inferwatch::components::registry;
 use inferwatch_core::component::ComponentId;
-use inferwatch_core::config::{self, Config, ConfigError};
+use inferwatch_core::config::Config;
 use inferwatch_core::graph::{Service, ShutdownReport};
 use inferwatch_core::host::{Host, ReplayControl};
 use inferwatch_core::pdata::Signal;
@@ -44,20 +45,6 @@ fn parse_speed(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!("{s:?} is not a speed (0 = as fast as possible, or a positive factor)")),
-    }
-}
-
-/// Loads and validates like `run`; prints every error.
-fn load_checked(paths: &[PathBuf]) -> Result<Config, Vec<ConfigError>> {
-    let cfg = config::load(paths)?;
-    let errors = config::validate(&cfg, &registry());
-    if errors.is_empty() { Ok(cfg) } else { Err(errors) }
-}
-
-fn report(errors: &[ConfigError]) {
-    eprintln!("error: invalid configuration ({} error{}):", errors.len(), if errors.len() == 1 { "" } else { "s" });
-    for e in errors {
-        eprintln!("  {e}");
     }
 }
 
@@ -239,27 +226,4 @@ async fn show_progress(control: Arc<ReplayControl>, stop: CancellationToken) {
         }
     }
     bar.finish_and_clear();
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => tracing::info!("received SIGTERM"),
-                    _ = tokio::signal::ctrl_c() => tracing::info!("received interrupt"),
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; waiting for Ctrl-C only");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

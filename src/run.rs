@@ -14,13 +14,14 @@ use tokio_util::sync::CancellationToken;
 const EXIT_CONFIG: u8 = 2;
 
 /// Loads and validates; prints every error.
-fn load_checked(paths: &[PathBuf]) -> Result<Config, Vec<ConfigError>> {
+pub(crate) fn load_checked(paths: &[PathBuf]) -> Result<Config, Vec<ConfigError>> {
     let cfg = config::load(paths)?;
     let errors = config::validate(&cfg, &registry());
     if errors.is_empty() { Ok(cfg) } else { Err(errors) }
 }
 
-fn report(errors: &[ConfigError]) {
+/// Prints configuration errors on stderr.
+pub(crate) fn report(errors: &[ConfigError]) {
     eprintln!("error: invalid configuration ({} error{}):", errors.len(), if errors.len() == 1 { "" } else { "s" });
     for e in errors {
         eprintln!("  {e}");
@@ -114,7 +115,8 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGTERM or Ctrl-C.
+pub(crate) async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -1,0 +1,3 @@
+//! Helpers of `arrow-bench`.
+
+pub mod data;
