@@ -1,16 +1,23 @@
-//! inferwatch exporters: `otlp` (gRPC), `otlphttp` and `debug`.
+//! inferwatch exporters: `otlp` (gRPC), `otlphttp`, `debug`, and the recording exporters
+//! `parquet` and `arrow_ipc`.
 //!
-//! Every exporter is a [`Sender`](inferwatch_core::exporterhelper::Sender) (one delivery
+//! Every network exporter is a [`Sender`](inferwatch_core::exporterhelper::Sender) (one delivery
 //! attempt) wrapped in a [`QueuedExporter`](inferwatch_core::exporterhelper::QueuedExporter),
-//! which provides the bounded sending queue, retries with back-off and the self-metrics.
+//! which provides the bounded sending queue, retries with back-off and the self-metrics. The
+//! recording exporters write synchronously into rotated files ([`recording`]).
 
+pub mod arrow_ipc;
 pub mod debug;
 pub mod otlp;
 pub mod otlphttp;
+pub mod parquet;
+pub mod recording;
 pub mod tls;
 
 mod common;
 
+pub use crate::arrow_ipc::{ArrowIpcConfig, ArrowIpcExporterFactory};
+pub use crate::parquet::{ParquetCompression, ParquetConfig, ParquetExporterFactory};
 pub use debug::{DebugConfig, DebugExporterFactory, Verbosity};
 pub use otlp::{OtlpConfig, OtlpExporterFactory};
 pub use otlphttp::{Encoding, OtlpHttpConfig, OtlpHttpExporterFactory};
@@ -18,11 +25,13 @@ pub use otlphttp::{Encoding, OtlpHttpConfig, OtlpHttpExporterFactory};
 use inferwatch_core::registry::Registry;
 use std::sync::Arc;
 
-/// Adds the `otlp`, `otlphttp` and `debug` exporter factories to `reg`.
+/// Adds the `otlp`, `otlphttp`, `debug`, `parquet` and `arrow_ipc` exporter factories to `reg`.
 pub fn register(reg: &mut Registry) {
     reg.add_exporter(Arc::new(OtlpExporterFactory));
     reg.add_exporter(Arc::new(OtlpHttpExporterFactory));
     reg.add_exporter(Arc::new(DebugExporterFactory));
+    reg.add_exporter(Arc::new(ParquetExporterFactory));
+    reg.add_exporter(Arc::new(ArrowIpcExporterFactory));
 }
 
 #[cfg(test)]
@@ -31,13 +40,18 @@ mod tests {
     use inferwatch_core::ComponentKind;
 
     #[test]
-    fn registers_three_exporters() {
+    fn registers_five_exporters() {
         let mut reg = Registry::new();
         register(&mut reg);
-        assert_eq!(reg.type_names(ComponentKind::Exporter), vec!["debug", "otlp", "otlphttp"]);
+        assert_eq!(reg.type_names(ComponentKind::Exporter), vec!["arrow_ipc", "debug", "otlp", "otlphttp", "parquet"]);
         for t in ["debug", "otlp", "otlphttp"] {
             let f = reg.exporter(t).map(|f| f.signals().len());
             assert_eq!(f, Some(3), "{t}");
+        }
+        // No Arrow schema for logs yet: the recording exporters take traces and metrics only.
+        for t in ["parquet", "arrow_ipc"] {
+            let f = reg.exporter(t).map(|f| f.signals().to_vec());
+            assert_eq!(f, Some(vec![inferwatch_core::Signal::Traces, inferwatch_core::Signal::Metrics]), "{t}");
         }
     }
 }
