@@ -12,7 +12,6 @@ use inferwatch_core::graph::{Service, ShutdownReport};
 use inferwatch_core::host::{Host, ReplayControl};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::state::StateRegistry;
-use inferwatch_core::telemetry::Telemetry;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -152,16 +151,7 @@ impl Outcome {
 }
 
 async fn replay(cfg: Config, id: ComponentId, args: &ReplayArgs) -> anyhow::Result<Outcome> {
-    let telemetry = Arc::new(Telemetry::new());
-    let stop_telemetry = CancellationToken::new();
-    if let Some(addr) = &cfg.service.telemetry.metrics_address {
-        let local = telemetry
-            .clone()
-            .serve(addr, stop_telemetry.clone())
-            .await
-            .with_context(|| format!("cannot serve self-metrics on {addr}"))?;
-        tracing::info!(address = %local, "self-metrics on http://{local}/metrics");
-    }
+    let (telemetry, stop_telemetry) = crate::run::start_self_metrics(&cfg).await?;
     let control =
         Arc::new(ReplayControl { inputs: args.input.clone(), speed: args.speed, progress: Default::default() });
     let host = Arc::new(Host { state: StateRegistry::new(), replay: Some(control.clone()) });

@@ -86,7 +86,8 @@ pub fn run(paths: &[PathBuf], log_level: Option<&str>) -> ExitCode {
     }
 }
 
-async fn serve(cfg: Config) -> anyhow::Result<()> {
+/// Creates the self-telemetry registry and serves it where the configuration says.
+pub(crate) async fn start_self_metrics(cfg: &Config) -> anyhow::Result<(Arc<Telemetry>, CancellationToken)> {
     let telemetry = Arc::new(Telemetry::new());
     let stop_telemetry = CancellationToken::new();
     if let Some(addr) = &cfg.service.telemetry.metrics_address {
@@ -97,6 +98,11 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
             .with_context(|| format!("cannot serve self-metrics on {addr}"))?;
         tracing::info!(address = %local, "self-metrics on http://{local}/metrics");
     }
+    Ok((telemetry, stop_telemetry))
+}
+
+async fn serve(cfg: Config) -> anyhow::Result<()> {
+    let (telemetry, stop_telemetry) = start_self_metrics(&cfg).await?;
     let mut service = Service::build(&cfg, &registry(), telemetry.clone()).context("cannot build the pipelines")?;
     if let Err(e) = service.start().await {
         tracing::error!(error = %e, "start failed; shutting down");
