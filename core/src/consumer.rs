@@ -56,6 +56,18 @@ pub trait Consumer: Send + Sync + 'static {
     /// Takes ownership of `data`. `Ok` means the data was accepted and will be delivered or
     /// counted as dropped; `Err` means none of it was kept.
     async fn consume(&self, data: Payload) -> Result<(), ConsumeError>;
+
+    /// Like [`Consumer::consume`], with the Arrow form of `data` when an Arrow stage already
+    /// converted it (full schema), so an Arrow consumer downstream need not convert it again.
+    /// Consumers that do not work on Arrow ignore it.
+    async fn consume_with_batch(
+        &self,
+        data: Payload,
+        batch: Option<arrow_array::RecordBatch>,
+    ) -> Result<(), ConsumeError> {
+        let _ = batch;
+        self.consume(data).await
+    }
 }
 
 /// Shared handle to a consumer.
@@ -90,6 +102,14 @@ impl Fanout {
 #[async_trait]
 impl Consumer for Fanout {
     async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
+        self.consume_with_batch(data, None).await
+    }
+
+    async fn consume_with_batch(
+        &self,
+        data: Payload,
+        batch: Option<arrow_array::RecordBatch>,
+    ) -> Result<(), ConsumeError> {
         let n = self.consumers.len();
         let mut first_err = None;
         let mut accepted = 0usize;
@@ -97,7 +117,7 @@ impl Consumer for Fanout {
         for (i, c) in self.consumers.iter().enumerate() {
             let item = if i + 1 == n { data.take() } else { data.clone() };
             let Some(item) = item else { break };
-            let r = c.consume(item).await;
+            let r = c.consume_with_batch(item, batch.clone()).await;
             if r.is_ok() {
                 accepted += 1;
             }

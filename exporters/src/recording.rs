@@ -360,6 +360,8 @@ pub(crate) struct RecordingExporter {
     recorder: Arc<Mutex<Recorder>>,
     metrics: ExporterMetrics,
     conversions: Counter,
+    /// The schema of this signal: a batch handed over by an Arrow stage is reused when it has it.
+    schema: SchemaRef,
     stopped: std::sync::atomic::AtomicBool,
 }
 
@@ -435,6 +437,10 @@ pub(crate) fn create(
         recorder,
         metrics,
         conversions: ctx.telemetry.arrow_conversions(&format!("exporter {}", ctx.id), signal),
+        schema: match signal {
+            Signal::Traces => arrow::schema::spans_schema(),
+            _ => arrow::schema::metrics_schema(),
+        },
         stopped: std::sync::atomic::AtomicBool::new(false),
     }))
 }
@@ -442,11 +448,23 @@ pub(crate) fn create(
 #[async_trait]
 impl Consumer for RecordingExporter {
     async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
+        self.consume_with_batch(data, None).await
+    }
+
+    async fn consume_with_batch(&self, data: Payload, given: Option<RecordBatch>) -> Result<(), ConsumeError> {
         if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(ConsumeError::refused(RefuseReason::ShuttingDown, None, "recording exporter is shut down"));
         }
         let items = data.item_count() as u64;
-        let batch = match arrow::payload_to_batch(&data) {
+        // An Arrow stage upstream already converted this payload: reuse it (one conversion per batch).
+        let reuse = given.filter(|b| b.schema_ref().as_ref() == self.schema.as_ref());
+        let converted = match reuse {
+            Some(b) => Ok(b),
+            None => arrow::payload_to_batch(&data).inspect(|_| {
+                self.conversions.inc();
+            }),
+        };
+        let batch = match converted {
             Ok(b) => b,
             Err(e) => {
                 self.metrics.send_failed.inc_by(items);
@@ -455,7 +473,6 @@ impl Consumer for RecordingExporter {
                 return Err(ConsumeError::Permanent(format!("exporter {}: converting to Arrow: {e}", self.name)));
             }
         };
-        self.conversions.inc();
         let written = self.recorder.lock().write(&batch);
         match written {
             Ok(()) => {

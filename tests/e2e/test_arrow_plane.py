@@ -245,3 +245,31 @@ def test_replay_killed_midway_resumes_to_the_same_output(inferwatch_bin, recordi
     assert len(got_derived) >= len(ref_derived)
     assert set(input_rows(out)) == set(input_rows(ref))
     assert len(input_rows(out)) >= len(input_rows(ref)) > len(partial)
+
+
+def test_arrow_exporter_reuses_the_stage_conversion(agents, grpc_sink, tmp_path):
+    sink = grpc_sink()
+    rec = tmp_path / "rec"
+    cfg, ports = make_config(
+        {"otlp/sink": otlp_exporter(sink.endpoint), "parquet": {"directory": str(rec)}},
+        signals=("metrics",),
+        processors={"window_stats": {"window": "10s", "stats": ["count"]}},
+        pipeline_processors=("window_stats",),
+    )
+    a = agents("reuse", cfg, ports)
+    c = GrpcClient(ports.grpc_endpoint)
+    try:
+        for k in range(4):
+            c.export("metrics", gauge_request([(k * 10 + i, float(i)) for i in range(10)]))
+    finally:
+        c.close()
+    # Windows [0,10), [10,20), [20,30) closed: 3 derived points after the 40 inputs.
+    sink.wait_for(lambda: sum(len(data_points(m)) for _, _, m in sink.metrics()) >= 43, 20, "input and derived")
+    by_component = {s.labels.get("component"): s.value for s in a.samples()
+                    if s.name == "inferwatch_arrow_conversions_total" and s.value > 0}
+    # The stage converted each request once; the parquet exporter reused the stage's batches.
+    assert by_component == {"stage metrics/window_stats": 4}, by_component
+    assert a.stop() == 0
+    # Without a storage extension, shutdown emits the still-open window [30,40) too.
+    rows = sum(pq.read_table(p).num_rows for p in rec.rglob("*.parquet"))
+    assert rows == 44

@@ -229,6 +229,11 @@ impl ArrowStage {
 
     /// Sends derived batches downstream as one OTLP payload, retrying refusals.
     async fn send_derived(&self, derived: Vec<RecordBatch>) {
+        let nonempty: Vec<&RecordBatch> = derived.iter().filter(|b| b.num_rows() > 0).collect();
+        let single = match nonempty.as_slice() {
+            [one] => Some((*one).clone()),
+            _ => None,
+        };
         let mut payload: Option<Payload> = None;
         for b in derived.iter().filter(|b| b.num_rows() > 0) {
             match super::batch_to_payload(b) {
@@ -253,7 +258,7 @@ impl ArrowStage {
         let Some(payload) = payload else { return };
         let mut backoff = Duration::from_millis(10);
         loop {
-            match self.next.consume(payload.clone()).await {
+            match self.next.consume_with_batch(payload.clone(), single.clone()).await {
                 Ok(()) => return,
                 Err(e) if e.is_retryable() && !self.stopping.load(Ordering::SeqCst) => {
                     let wait = match &e {
@@ -297,7 +302,7 @@ impl Consumer for ArrowStage {
         };
         // The input goes on first and unchanged; state changes only once it was accepted, so a
         // refusal (and the sender's retry) never counts the same data twice.
-        self.next.consume(data).await?;
+        self.next.consume_with_batch(data, batch.clone()).await?;
         let Some(batch) = batch else { return Ok(()) };
         match self.run(&batch) {
             Ok(derived) => self.send_derived(derived).await,
