@@ -61,6 +61,7 @@ pub struct Telemetry {
     series_evicted: CounterFamily,
     checkpoints: CounterFamily,
     replay_items: CounterFamily,
+    scrape_failures: CounterFamily,
     process_rss: Gauge,
     process_cpu: Counter<f64, AtomicU64>,
     process_uptime: Counter<f64, AtomicU64>,
@@ -181,6 +182,12 @@ impl Telemetry {
         r.register("inferwatch_checkpoints", "State checkpoints taken, by result", checkpoints.clone());
         let replay_items = CounterFamily::default();
         r.register("inferwatch_replay_items", "Items read from recordings by replay receivers", replay_items.clone());
+        let scrape_failures = CounterFamily::default();
+        r.register(
+            "inferwatch_scrape_failures",
+            "Failed scrapes of the prometheus receiver, by job, target and reason",
+            scrape_failures.clone(),
+        );
         let process_rss = Gauge::default();
         r.register(
             "otelcol_process_memory_rss",
@@ -210,6 +217,7 @@ impl Telemetry {
             series_evicted,
             checkpoints,
             replay_items,
+            scrape_failures,
             process_rss,
             process_cpu,
             process_uptime,
@@ -289,6 +297,13 @@ impl Telemetry {
     pub fn replay_items(&self, receiver: &ComponentId, signal: Signal) -> Counter {
         let l: Labels = vec![("receiver".into(), receiver.to_string()), ("data_type".into(), signal.as_str().into())];
         self.replay_items.get_or_create(&l).clone()
+    }
+
+    /// Counter of failed scrapes of `target` in `job` for `reason` (`unreachable`, `timeout`, `http_status`, `parse`, `too_large`).
+    pub fn scrape_failures(&self, job: &str, target: &str, reason: &str) -> Counter {
+        let l: Labels =
+            vec![("job".into(), job.into()), ("target".into(), target.into()), ("reason".into(), reason.into())];
+        self.scrape_failures.get_or_create(&l).clone()
     }
 
     /// Renders every metric in the OpenMetrics text format.

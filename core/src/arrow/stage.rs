@@ -59,6 +59,10 @@ struct Inner {
 pub struct ArrowStage {
     name: String,
     signal: Signal,
+    /// Signal of the derived output (the input's signal, or a connector's output signal).
+    out_signal: Signal,
+    /// Processors pass their input on; connectors do not (their input stays in its pipeline).
+    forward_input: bool,
     lateness_ns: u64,
     inner: Arc<Mutex<Inner>>,
     order: tokio::sync::Mutex<()>,
@@ -89,12 +93,44 @@ pub fn build_single(
     Ok(ArrowStage::build(sctx, vec![(id, p)], signal, next)?)
 }
 
+/// Builds a connector around one Arrow processor: it reads `from` data of the pipelines that
+/// export to it and feeds only its derived `to` data to the pipelines that receive from it.
+pub fn build_connector(
+    ctx: CreateContext,
+    factory: &dyn ArrowProcessorFactory,
+    cfg: &serde_json::Value,
+    from: Signal,
+    to: Signal,
+    next: ConsumerRef,
+) -> Result<NodeRef, ComponentError> {
+    let sctx = StageContext {
+        pipeline: format!("{}->{}/{}", from.as_str(), to.as_str(), ctx.id),
+        telemetry: ctx.telemetry.clone(),
+        host: ctx.host.clone(),
+    };
+    let id = ctx.id.clone();
+    let p = factory.create_arrow(ctx, cfg, from)?;
+    Ok(ArrowStage::build_with(sctx, vec![(id, p)], from, to, false, next)?)
+}
+
 impl ArrowStage {
     /// Builds a stage over `processors` (in pipeline order) feeding `next`; registers its checkpoint.
     pub fn build(
         ctx: StageContext,
         processors: Vec<(ComponentId, Box<dyn ArrowProcessor>)>,
         signal: Signal,
+        next: ConsumerRef,
+    ) -> Result<Arc<ArrowStage>, ComponentError> {
+        Self::build_with(ctx, processors, signal, signal, true, next)
+    }
+
+    /// Builds a stage reading `signal` and emitting `out_signal`; `forward_input` passes the input on.
+    pub fn build_with(
+        ctx: StageContext,
+        processors: Vec<(ComponentId, Box<dyn ArrowProcessor>)>,
+        signal: Signal,
+        out_signal: Signal,
+        forward_input: bool,
         next: ConsumerRef,
     ) -> Result<Arc<ArrowStage>, ComponentError> {
         let schema = match signal {
@@ -142,6 +178,8 @@ impl ArrowStage {
                 .dropped,
             name,
             signal,
+            out_signal,
+            forward_input,
             lateness_ns,
             inner,
             order: tokio::sync::Mutex::new(()),
@@ -237,7 +275,7 @@ impl ArrowStage {
         let mut payload: Option<Payload> = None;
         for b in derived.iter().filter(|b| b.num_rows() > 0) {
             match super::batch_to_payload(b) {
-                Ok(p) if p.signal() == self.signal => match payload.as_mut() {
+                Ok(p) if p.signal() == self.out_signal => match payload.as_mut() {
                     None => payload = Some(p),
                     Some(acc) => {
                         if let Err(p) = acc.append(p) {
@@ -302,7 +340,9 @@ impl Consumer for ArrowStage {
         };
         // The input goes on first and unchanged; state changes only once it was accepted, so a
         // refusal (and the sender's retry) never counts the same data twice.
-        self.next.consume_with_batch(data, batch.clone()).await?;
+        if self.forward_input {
+            self.next.consume_with_batch(data, batch.clone()).await?;
+        }
         let Some(batch) = batch else { return Ok(()) };
         match self.run(&batch) {
             Ok(derived) => self.send_derived(derived).await,
