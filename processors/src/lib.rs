@@ -1,7 +1,9 @@
-//! inferwatch processors and connectors: `batch`, `memory_limiter`, `window_stats`, the `forward` connector.
+//! inferwatch processors and connectors: `batch`, `memory_limiter`, `window_stats`, the `forward` and
+//! `llm_signals` connectors.
 
 pub mod batch;
 pub mod forward;
+pub mod llm_signals;
 pub mod memory_limiter;
 pub mod window_stats;
 
@@ -14,4 +16,5 @@ pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(memory_limiter::MemoryLimiterFactory));
     reg.add_processor(Arc::new(window_stats::WindowStatsFactory));
     reg.add_connector(Arc::new(forward::ForwardFactory));
+    reg.add_connector(Arc::new(llm_signals::LlmSignalsFactory));
 }

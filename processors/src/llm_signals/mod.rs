@@ -1,0 +1,350 @@
+//! Connector `llm_signals`: LLM golden signals from request spans (traces → metrics) and from
+//! scraped vLLM / TGI metrics (metrics → metrics), per (model, version, instance).
+//!
+//! An Arrow processor run as a connector by [`inferwatch_core::arrow::stage::build_connector`]:
+//! it reads the spans or metrics schema and emits only its derived metrics. Windows are
+//! event-time, tumbling and epoch-aligned, and close on the watermark; nothing reads the wall
+//! clock. Names, units, inputs and the model resolution order: docs/llm-signals.md.
+
+pub mod hist;
+pub mod model;
+pub mod output;
+pub mod scraped;
+pub mod spans;
+pub mod state;
+
+use crate::window_stats::sketch;
+use arrow_array::RecordBatch;
+use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, metrics, schema};
+use inferwatch_core::component::{ComponentError, ConnectorFactory, CreateContext, FieldError, NodeRef, parse_config};
+use inferwatch_core::consumer::ConsumerRef;
+use inferwatch_core::pdata::Signal;
+use inferwatch_core::settings::GoDuration;
+use inferwatch_core::state::StateError;
+use model::{ModelRules, ResourceReader, Source};
+use output::Emitter;
+use prometheus_client::metrics::counter::Counter;
+use serde::Deserialize;
+use state::{Params, RestoreError, Skip, State};
+use std::time::Duration;
+
+/// Version of the checkpoint format written by [`LlmSignals`].
+pub const STATE_VERSION: u32 = 1;
+
+/// Settings of `llm_signals`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmSignalsConfig {
+    /// Window of the percentiles and rates (default 1m; > 0); tumbling, epoch-aligned, event time.
+    pub window: GoDuration,
+    /// Interval of event time between emissions of the cumulative histograms (default 15s; > 0).
+    pub flush_interval: GoDuration,
+    /// How late input may arrive and still count (default 5s).
+    pub allowed_lateness: GoDuration,
+    /// Most (model, version, instance) groups held; beyond it the least recently seen 10 % are evicted (default 1000).
+    pub max_series: usize,
+    /// Event time without input after which a group is forgotten (default 10m).
+    pub idle_timeout: GoDuration,
+    /// DDSketch relative accuracy α of the span-derived percentiles (default 0.01).
+    pub relative_accuracy: f64,
+    /// Model when nothing else names one (default empty: fall back to service.name, then "unknown").
+    pub default_model: String,
+    /// Span attributes naming the model, tried in order (default gen_ai.response.model, gen_ai.request.model).
+    pub model_attributes: Vec<String>,
+    /// Model of TGI data carrying none (default empty).
+    pub tgi_model: String,
+}
+
+impl Default for LlmSignalsConfig {
+    fn default() -> Self {
+        LlmSignalsConfig {
+            window: GoDuration(Duration::from_secs(60)),
+            flush_interval: GoDuration(Duration::from_secs(15)),
+            allowed_lateness: GoDuration(Duration::from_secs(5)),
+            max_series: 1000,
+            idle_timeout: GoDuration(Duration::from_secs(600)),
+            relative_accuracy: sketch::DEFAULT_ALPHA,
+            default_model: String::new(),
+            model_attributes: vec!["gen_ai.response.model".into(), "gen_ai.request.model".into()],
+            tgi_model: String::new(),
+        }
+    }
+}
+
+fn nanos(key: &str, d: &GoDuration) -> Result<u64, FieldError> {
+    u64::try_from(d.0.as_nanos()).map_err(|_| FieldError::at(key, format!("{d} is too long (at most ~584 years)")))
+}
+
+/// A checked configuration in the units the processor uses.
+#[derive(Debug, Clone)]
+struct Checked {
+    params: Params,
+    lateness_ns: u64,
+    rules: ModelRules,
+}
+
+impl LlmSignalsConfig {
+    fn check(&self) -> Result<Checked, FieldError> {
+        let window_ns = nanos("window", &self.window)?;
+        if window_ns == 0 {
+            return Err(FieldError::at("window", "must be greater than 0"));
+        }
+        let flush_ns = nanos("flush_interval", &self.flush_interval)?;
+        if flush_ns == 0 {
+            return Err(FieldError::at("flush_interval", "must be greater than 0"));
+        }
+        if self.max_series == 0 {
+            return Err(FieldError::at("max_series", "must be at least 1"));
+        }
+        let alpha = self.relative_accuracy;
+        if !(alpha.is_finite() && (sketch::MIN_ALPHA..1.0).contains(&alpha)) {
+            return Err(FieldError::at(
+                "relative_accuracy",
+                format!("must be between {} and 1 (exclusive), got {alpha}", sketch::MIN_ALPHA),
+            ));
+        }
+        if let Some(i) = self.model_attributes.iter().position(String::is_empty) {
+            return Err(FieldError {
+                path: vec![
+                    inferwatch_core::component::PathSeg::Key("model_attributes".into()),
+                    inferwatch_core::component::PathSeg::Index(i),
+                ],
+                message: "attribute names must not be empty".into(),
+            });
+        }
+        Ok(Checked {
+            params: Params {
+                window_ns,
+                flush_ns,
+                idle_ns: nanos("idle_timeout", &self.idle_timeout)?,
+                max_series: self.max_series,
+                alpha,
+            },
+            lateness_ns: nanos("allowed_lateness", &self.allowed_lateness)?,
+            rules: ModelRules {
+                attributes: self.model_attributes.clone(),
+                default_model: self.default_model.clone(),
+                tgi_model: self.tgi_model.clone(),
+            },
+        })
+    }
+}
+
+/// Factory of `llm_signals`.
+pub struct LlmSignalsFactory;
+
+impl ConnectorFactory for LlmSignalsFactory {
+    fn type_name(&self) -> &'static str {
+        "llm_signals"
+    }
+    fn signal_pairs(&self) -> &'static [(Signal, Signal)] {
+        &[(Signal::Traces, Signal::Metrics), (Signal::Metrics, Signal::Metrics)]
+    }
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        self.validate_arrow(cfg)
+    }
+    fn create(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        from: Signal,
+        to: Signal,
+        next: ConsumerRef,
+    ) -> Result<NodeRef, ComponentError> {
+        if !self.signal_pairs().contains(&(from, to)) {
+            return Err(ComponentError::Start(format!("llm_signals cannot connect {from} to {to}")));
+        }
+        inferwatch_core::arrow::stage::build_connector(ctx, self, cfg, from, to, next)
+    }
+}
+
+impl ArrowProcessorFactory for LlmSignalsFactory {
+    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        parse_config::<LlmSignalsConfig>(cfg)?.check().map(|_| ())
+    }
+    fn create_arrow(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+    ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
+        if signal == Signal::Logs {
+            return Err(ComponentError::Start("llm_signals reads traces or metrics, not logs".into()));
+        }
+        let checked = parse_config::<LlmSignalsConfig>(cfg)?.check()?;
+        Ok(Box::new(LlmSignals::new(checked, signal, &ctx)))
+    }
+}
+
+/// The running processor (one per connector input signal).
+pub struct LlmSignals {
+    cfg: Checked,
+    signal: Signal,
+    state: State,
+    name: String,
+    evicted_idle: Counter,
+    evicted_max: Counter,
+}
+
+/// Resource and scope columns every input row's group is read from.
+const RESOURCE_COLUMNS: [&str; 5] = [
+    schema::RESOURCE_INDEX,
+    schema::SERVICE_NAME,
+    schema::SERVICE_VERSION,
+    schema::SERVICE_INSTANCE_ID,
+    schema::RESOURCE_ATTRIBUTES,
+];
+
+impl LlmSignals {
+    fn new(cfg: Checked, signal: Signal, ctx: &CreateContext) -> Self {
+        LlmSignals {
+            state: State::new(cfg.params),
+            cfg,
+            signal,
+            name: ctx.id.to_string(),
+            evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
+            evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
+        }
+    }
+
+    fn corrupt(&self, message: impl std::fmt::Display) -> StateError {
+        StateError::Corrupt { key: self.name.clone(), message: message.to_string() }
+    }
+
+    fn count(&self, results: impl Iterator<Item = Result<usize, Skip>>) {
+        let (mut evicted, mut late) = (0u64, 0u64);
+        for r in results {
+            match r {
+                Ok(n) => evicted += n as u64,
+                Err(Skip::SeriesFull) => evicted += 1,
+                Err(Skip::Late) => late += 1,
+            }
+        }
+        if evicted > 0 {
+            self.evicted_max.inc_by(evicted);
+            tracing::debug!(connector = %self.name, evicted, "groups or series evicted at their limit");
+        }
+        if late > 0 {
+            tracing::debug!(connector = %self.name, late, "input before the watermark ignored");
+        }
+    }
+
+    fn process_spans(&mut self, batch: &RecordBatch) -> Result<(), ConvError> {
+        let reader = spans::SpanReader::new(batch)?;
+        let mut resources = ResourceReader::new(batch)?;
+        let times = inferwatch_core::arrow::time_column(batch)?;
+        let mut results = Vec::new();
+        for row in 0..batch.num_rows() {
+            // The column holds the OTLP fixed64 bit pattern.
+            let time = times.value(row) as u64;
+            if time < self.state.watermark() {
+                results.push(Err(Skip::Late));
+                continue;
+            }
+            let Some((flavor, req, own)) = reader.read(row, &self.cfg.rules.attributes)? else { continue };
+            let res = resources.info(row)?;
+            let key = self.cfg.rules.key(Source::Spans, own.as_deref(), flavor == spans::Flavor::Tgi, &res);
+            results.push(self.state.add_request(key, time, &req));
+        }
+        self.count(results.into_iter());
+        Ok(())
+    }
+
+    fn process_scraped(&mut self, batch: &RecordBatch) -> Result<(), ConvError> {
+        let reader = scraped::ScrapeReader::new(batch)?;
+        let mut resources = ResourceReader::new(batch)?;
+        let mut results = Vec::new();
+        for row in 0..batch.num_rows() {
+            let Some((sample, tgi, own)) = reader.read(row)? else { continue };
+            if sample.time < self.state.watermark() {
+                results.push(Err(Skip::Late));
+                continue;
+            }
+            let res = resources.info(row)?;
+            let key = self.cfg.rules.key(Source::Scrape, own.as_deref(), tgi, &res);
+            results.push(self.state.add_sample(key, sample));
+        }
+        self.count(results.into_iter());
+        Ok(())
+    }
+}
+
+impl ArrowProcessor for LlmSignals {
+    fn needs(&self) -> Needs {
+        let mut columns: Vec<&'static str> = RESOURCE_COLUMNS.to_vec();
+        columns.extend([schema::TIME, schema::ATTRIBUTES]);
+        match self.signal {
+            Signal::Traces => {
+                columns.extend([schema::NAME, schema::STATUS_CODE, schema::DURATION]);
+                columns.extend(schema::PROMOTED_SPAN_ATTRIBUTES.iter().map(|(k, _)| *k));
+            }
+            _ => columns.extend([
+                schema::METRIC_NAME,
+                schema::KIND,
+                schema::TEMPORALITY,
+                schema::START_TIME,
+                schema::SERIES_ID,
+                schema::VALUE,
+                schema::COUNT,
+                schema::SUM,
+                schema::BUCKET_COUNTS,
+                schema::EXPLICIT_BOUNDS,
+            ]),
+        }
+        Needs { signal: self.signal, columns }
+    }
+
+    fn allowed_lateness_ns(&self) -> u64 {
+        self.cfg.lateness_ns
+    }
+
+    fn process(&mut self, batch: &RecordBatch, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        match (schema::signal_of(batch.schema_ref()), self.signal) {
+            (Some(Signal::Traces), Signal::Traces) => self.process_spans(batch),
+            (Some(Signal::Metrics), Signal::Metrics) => self.process_scraped(batch),
+            _ => Ok(()),
+        }
+    }
+
+    fn advance(&mut self, watermark_ns: u64, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        let mut em = Emitter::default();
+        let idle = self.state.advance(watermark_ns, &mut em);
+        if idle > 0 {
+            self.evicted_idle.inc_by(idle as u64);
+            tracing::debug!(connector = %self.name, idle, "idle groups evicted");
+        }
+        if let Some(req) = em.finish() {
+            out.push(metrics::to_batch(&req)?);
+        }
+        Ok(())
+    }
+
+    fn state_version(&self) -> u32 {
+        STATE_VERSION
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, StateError> {
+        self.state.snapshot().map_err(|e| self.corrupt(format!("cannot serialize llm_signals state: {e}")))
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let mut fresh = State::new(self.cfg.params);
+        match fresh.restore(bytes) {
+            Ok(()) => {
+                self.state = fresh;
+                Ok(())
+            }
+            Err(RestoreError::Params { what, found, expected }) => Err(StateError::Incompatible {
+                key: self.name.clone(),
+                what,
+                found: format!("{found} ns"),
+                expected: format!("{expected} ns"),
+            }),
+            Err(e) => Err(self.corrupt(format!("llm_signals state: {e}"))),
+        }
+    }
+
+    fn series_count(&self) -> usize {
+        self.state.series_count()
+    }
+}

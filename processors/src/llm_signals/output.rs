@@ -1,0 +1,272 @@
+//! The output metrics of `llm_signals`: names, units, and the derived export request.
+//!
+//! Every output goes under one resource (`service.name = inferwatch`) and one scope
+//! (`inferwatch.llm_signals`); the group's model, version, instance and source are point
+//! attributes. Metrics appear in [`Out`] order; within a metric, points are ordered by time,
+//! then by group key.
+
+use super::hist::{FixedHist, Lat};
+use super::model::string_kv;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics,
+    ScopeMetrics, metric, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use std::collections::BTreeMap;
+
+/// `service.name` of the output resource.
+pub const OUTPUT_SERVICE_NAME: &str = "inferwatch";
+/// Instrumentation scope name of the output.
+pub const SCOPE_NAME: &str = "inferwatch.llm_signals";
+
+/// A windowed percentile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Pct {
+    /// Median.
+    P50,
+    /// 95th percentile.
+    P95,
+    /// 99th percentile.
+    P99,
+}
+
+impl Pct {
+    /// Every percentile, in output order.
+    pub const ALL: [Pct; 3] = [Pct::P50, Pct::P95, Pct::P99];
+
+    /// The quantile.
+    pub fn quantile(self) -> f64 {
+        match self {
+            Pct::P50 => 0.5,
+            Pct::P95 => 0.95,
+            Pct::P99 => 0.99,
+        }
+    }
+}
+
+/// An output metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Out {
+    /// Cumulative latency histogram.
+    Hist(Lat),
+    /// Windowed latency percentile.
+    Pct(Lat, Pct),
+    /// Requests finished in the window.
+    RequestCount,
+    /// Requests per second.
+    RequestRate,
+    /// Failed fraction of requests.
+    ErrorRate,
+    /// Output tokens per second.
+    TokensOutput,
+    /// Input tokens per second.
+    TokensInput,
+    /// KV-cache usage fraction.
+    KvUsage,
+    /// Requests waiting.
+    Waiting,
+    /// Requests running.
+    Running,
+    /// Preemptions per second.
+    PreemptionRate,
+    /// Prefix-cache hit rate.
+    PrefixHitRate,
+    /// Prefix-cache hit rate below the threshold.
+    PrefixLow,
+    /// Queue p99 above the threshold.
+    QueueBlocking,
+}
+
+impl Out {
+    /// Metric name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Out::Hist(l) => l.histogram_name(),
+            Out::Pct(l, p) => match (l, p) {
+                (Lat::Ttft, Pct::P50) => "llm.ttft.p50",
+                (Lat::Ttft, Pct::P95) => "llm.ttft.p95",
+                (Lat::Ttft, Pct::P99) => "llm.ttft.p99",
+                (Lat::Tpot, Pct::P50) => "llm.tpot.p50",
+                (Lat::Tpot, Pct::P95) => "llm.tpot.p95",
+                (Lat::Tpot, Pct::P99) => "llm.tpot.p99",
+                (Lat::E2e, Pct::P50) => "llm.e2e.p50",
+                (Lat::E2e, Pct::P95) => "llm.e2e.p95",
+                (Lat::E2e, Pct::P99) => "llm.e2e.p99",
+                (Lat::Queue, Pct::P50) => "llm.queue.p50",
+                (Lat::Queue, Pct::P95) => "llm.queue.p95",
+                (Lat::Queue, Pct::P99) => "llm.queue.p99",
+            },
+            Out::RequestCount => "llm.request.count",
+            Out::RequestRate => "llm.request.rate",
+            Out::ErrorRate => "llm.request.error_rate",
+            Out::TokensOutput => "llm.tokens.output.rate",
+            Out::TokensInput => "llm.tokens.input.rate",
+            Out::KvUsage => "llm.kv_cache.usage",
+            Out::Waiting => "llm.requests.waiting",
+            Out::Running => "llm.requests.running",
+            Out::PreemptionRate => "llm.preemption.rate",
+            Out::PrefixHitRate => "llm.prefix_cache.hit_rate",
+            Out::PrefixLow => "llm.prefix_cache.low",
+            Out::QueueBlocking => "llm.queue.blocking",
+        }
+    }
+
+    /// Metric unit (UCUM, as OTLP carries it).
+    pub fn unit(self) -> &'static str {
+        match self {
+            Out::Hist(_) | Out::Pct(..) => "s",
+            Out::RequestCount | Out::Waiting | Out::Running => "{request}",
+            Out::RequestRate => "{request}/s",
+            Out::TokensOutput | Out::TokensInput => "{token}/s",
+            Out::PreemptionRate => "{preemption}/s",
+            Out::ErrorRate | Out::KvUsage | Out::PrefixHitRate | Out::PrefixLow | Out::QueueBlocking => "1",
+        }
+    }
+
+    /// Metric description.
+    pub fn description(self) -> &'static str {
+        match self {
+            Out::Hist(Lat::Ttft) => "Time to first token of successful requests.",
+            Out::Hist(Lat::Tpot) => "Time per output token after the first, of successful requests.",
+            Out::Hist(Lat::E2e) => "End-to-end request duration.",
+            Out::Hist(Lat::Queue) => "Time requests spent queued before scheduling.",
+            Out::Pct(..) => "Windowed latency percentile.",
+            Out::RequestCount => "Requests finished in the window.",
+            Out::RequestRate => "Requests finished per second over the window.",
+            Out::ErrorRate => "Fraction of the window's requests that failed or were aborted.",
+            Out::TokensOutput => "Output tokens per second over the window, all requests together.",
+            Out::TokensInput => "Input (prompt) tokens per second over the window, all requests together.",
+            Out::KvUsage => "KV-cache usage fraction (0-1), last value in the window.",
+            Out::Waiting => "Requests waiting to be scheduled, last value in the window.",
+            Out::Running => "Requests in the running batch, last value in the window.",
+            Out::PreemptionRate => "Preemptions per second over the window.",
+            Out::PrefixHitRate => "Prefix-cache hit rate: rate(hits) / rate(queries) over the window.",
+            Out::PrefixLow => "1 when the prefix-cache hit rate is below 0.62, else 0.",
+            Out::QueueBlocking => "1 when the window's queue-time p99 exceeds 0.8 s, else 0.",
+        }
+    }
+}
+
+/// The value of one output point.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// A double gauge.
+    Double(f64),
+    /// An int gauge.
+    Int(i64),
+    /// A cumulative histogram over `bounds`.
+    Hist(&'static [f64], FixedHist),
+}
+
+#[derive(Debug)]
+struct Point {
+    start: u64,
+    time: u64,
+    attrs: Vec<KeyValue>,
+    value: Value,
+}
+
+/// Collects output points and builds the derived export request.
+#[derive(Debug, Default)]
+pub struct Emitter {
+    points: BTreeMap<Out, Vec<Point>>,
+}
+
+impl Emitter {
+    /// Adds one point of `out` for [start, time).
+    pub fn push(&mut self, out: Out, start: u64, time: u64, attrs: &[KeyValue], value: Value) {
+        self.points.entry(out).or_default().push(Point { start, time, attrs: attrs.to_vec(), value });
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// The export request holding every point added (`None` when none was).
+    pub fn finish(self) -> Option<ExportMetricsServiceRequest> {
+        if self.points.is_empty() {
+            return None;
+        }
+        let metrics = self.points.into_iter().map(|(out, mut points)| {
+            // Stable: points added in group-key order keep it within one time.
+            points.sort_by_key(|p| p.time);
+            metric_of(out, points)
+        });
+        Some(ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: vec![string_kv("service.name", OUTPUT_SERVICE_NAME)],
+                    ..Default::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(InstrumentationScope {
+                        name: SCOPE_NAME.into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        ..Default::default()
+                    }),
+                    metrics: metrics.collect(),
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }],
+        })
+    }
+}
+
+fn metric_of(out: Out, points: Vec<Point>) -> Metric {
+    let data = if let Out::Hist(_) = out {
+        metric::Data::Histogram(Histogram {
+            data_points: points
+                .into_iter()
+                .filter_map(|p| match p.value {
+                    Value::Hist(bounds, h) => Some(HistogramDataPoint {
+                        attributes: p.attrs,
+                        start_time_unix_nano: p.start,
+                        time_unix_nano: p.time,
+                        count: h.count,
+                        sum: Some(h.sum),
+                        bucket_counts: h.counts,
+                        explicit_bounds: bounds.to_vec(),
+                        exemplars: Vec::new(),
+                        flags: 0,
+                        min: (h.count > 0).then_some(h.min),
+                        max: (h.count > 0).then_some(h.max),
+                    }),
+                    _ => None,
+                })
+                .collect(),
+            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+        })
+    } else {
+        metric::Data::Gauge(Gauge {
+            data_points: points
+                .into_iter()
+                .filter_map(|p| {
+                    let value = match p.value {
+                        Value::Double(d) => number_data_point::Value::AsDouble(d),
+                        Value::Int(i) => number_data_point::Value::AsInt(i),
+                        Value::Hist(..) => return None,
+                    };
+                    Some(NumberDataPoint {
+                        attributes: p.attrs,
+                        start_time_unix_nano: p.start,
+                        time_unix_nano: p.time,
+                        exemplars: Vec::new(),
+                        flags: 0,
+                        value: Some(value),
+                    })
+                })
+                .collect(),
+        })
+    };
+    Metric {
+        name: out.name().into(),
+        description: out.description().into(),
+        unit: out.unit().into(),
+        metadata: Vec::new(),
+        data: Some(data),
+    }
+}

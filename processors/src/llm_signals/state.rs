@@ -1,0 +1,651 @@
+//! Per-group state of `llm_signals`: open windows, cumulative histograms, previous scraped
+//! points; closing on the watermark, eviction, and the checkpoint form.
+//!
+//! Time is event time only. A span or sample at `t` belongs to window `[k·w, (k+1)·w)` and to
+//! flush interval `[j·f, (j+1)·f)`; a window is emitted when the watermark reaches its end, a
+//! cumulative histogram at flush boundary `b` holds exactly the requests with `t < b`.
+
+use super::hist::{FixedHist, Lat, histogram_quantile};
+use super::model::GroupKey;
+use super::output::{Emitter, Out, Pct, Value};
+use super::scraped::{GaugeRole, HistPoint, RateRole, Role, Sample, SampleValue};
+use super::spans::Request;
+use crate::window_stats::sketch::{DEFAULT_MAX_BINS, DdSketch};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+
+/// `llm.prefix_cache.low` is 1 below this hit rate (spec §6: the study flags < 62 %).
+pub const PREFIX_HIT_RATE_LOW: f64 = 0.62;
+/// `llm.queue.blocking` is 1 when the window's queue-time p99 exceeds this (spec §6: 800 ms).
+pub const QUEUE_BLOCKING_P99_S: f64 = 0.8;
+/// Most scraped series tracked per group; further ones are ignored (and counted as evicted).
+pub const MAX_SCRAPE_SERIES_PER_GROUP: usize = 4096;
+
+/// Parameters of the state (from the configuration; not checkpointed except window and flush).
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    /// Window length, ns (> 0).
+    pub window_ns: u64,
+    /// Flush interval of the cumulative histograms, ns (> 0).
+    pub flush_ns: u64,
+    /// Idle timeout, ns of event time.
+    pub idle_ns: u64,
+    /// Most groups held.
+    pub max_series: usize,
+    /// DDSketch relative accuracy.
+    pub alpha: f64,
+}
+
+/// Why an input was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// Its event time is before the watermark.
+    Late,
+    /// Its group holds too many scraped series already.
+    SeriesFull,
+}
+
+/// Aggregates of one span window of one group.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+struct SpanWindow {
+    count: u64,
+    errors: u64,
+    output_tokens: f64,
+    input_tokens: f64,
+    has_output: bool,
+    has_input: bool,
+    /// Largest event time in the window.
+    last_time: u64,
+    sketches: [Option<DdSketch>; 4],
+}
+
+/// Histogram increments of one flush interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Pending {
+    hists: [FixedHist; 4],
+    last_time: u64,
+}
+
+fn empty_hists() -> [FixedHist; 4] {
+    Lat::ALL.map(|l| FixedHist::new(l.bounds()))
+}
+
+fn request_value(r: &Request, lat: Lat) -> Option<f64> {
+    match lat {
+        Lat::Ttft => r.ttft,
+        Lat::Tpot => r.tpot,
+        Lat::E2e => r.e2e,
+        Lat::Queue => r.queue,
+    }
+}
+
+/// Window start of `t` for length `len`.
+fn floor(t: u64, len: u64) -> u64 {
+    t - t % len
+}
+
+/// Span-derived state of a group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SpanState {
+    /// Smallest event time seen: start time of the cumulative histograms.
+    first_seen: u64,
+    windows: BTreeMap<u64, SpanWindow>,
+    hists: [FixedHist; 4],
+    /// Increments by flush-interval end.
+    pending: BTreeMap<u64, Pending>,
+    /// Largest event time of the windows closed so far (zero windows follow it for idle_timeout).
+    last_window_data: Option<u64>,
+    /// Largest event time merged into `hists` (re-emission follows it for idle_timeout).
+    last_flush_data: Option<u64>,
+    has_output: bool,
+    has_input: bool,
+}
+
+impl SpanState {
+    fn new(first_seen: u64) -> Self {
+        SpanState {
+            first_seen,
+            windows: BTreeMap::new(),
+            hists: empty_hists(),
+            pending: BTreeMap::new(),
+            last_window_data: None,
+            last_flush_data: None,
+            has_output: false,
+            has_input: false,
+        }
+    }
+
+    fn add(&mut self, t: u64, req: &Request, p: &Params) {
+        self.first_seen = self.first_seen.min(t);
+        let win = self.windows.entry(floor(t, p.window_ns)).or_default();
+        win.count += 1;
+        win.errors += u64::from(req.error);
+        win.last_time = win.last_time.max(t);
+        if let Some(o) = req.output_tokens {
+            win.output_tokens += o;
+            win.has_output = true;
+            self.has_output = true;
+        }
+        if let Some(i) = req.input_tokens {
+            win.input_tokens += i;
+            win.has_input = true;
+            self.has_input = true;
+        }
+        let flush_end = floor(t, p.flush_ns).saturating_add(p.flush_ns);
+        for lat in Lat::ALL {
+            let Some(v) = request_value(req, lat) else { continue };
+            win.sketches[lat.index()]
+                .get_or_insert_with(|| DdSketch::new(p.alpha, DEFAULT_MAX_BINS).unwrap_or_default())
+                .add(v);
+            let pending =
+                self.pending.entry(flush_end).or_insert_with(|| Pending { hists: empty_hists(), last_time: 0 });
+            pending.hists[lat.index()].add(lat.bounds(), v);
+            pending.last_time = pending.last_time.max(t);
+        }
+    }
+
+    /// Emits the windows ending and the flushes due in (prev, wm]. Zero windows (no request)
+    /// and unchanged histograms are emitted while within idle_timeout of the last data, except
+    /// at the end of input.
+    fn close(&mut self, attrs: &[KeyValue], prev: u64, wm: u64, p: &Params, em: &mut Emitter) {
+        let end_of_input = wm == u64::MAX;
+        let (w, f) = (p.window_ns, p.flush_ns);
+        let mut e = floor(prev, w).saturating_add(w);
+        while e <= wm && e > prev {
+            let s = e - w;
+            if let Some(win) = self.windows.remove(&s) {
+                self.last_window_data = Some(self.last_window_data.unwrap_or(0).max(win.last_time));
+                self.emit_window(attrs, s, e, Some(&win), p, em);
+            } else if !end_of_input && self.last_window_data.is_some_and(|d| e <= d.saturating_add(p.idle_ns)) {
+                self.emit_window(attrs, s, e, None, p, em);
+            } else {
+                // Jump to the next window holding data.
+                match self.windows.range(s..).next() {
+                    Some((&next, _)) => e = next.saturating_add(w),
+                    None => break,
+                }
+                continue;
+            }
+            match e.checked_add(w) {
+                Some(n) => e = n,
+                None => break,
+            }
+        }
+        let mut b = floor(prev, f).saturating_add(f);
+        while b <= wm && b > prev {
+            let due: Vec<u64> = self.pending.range(..=b).map(|(k, _)| *k).collect();
+            let had_data = !due.is_empty();
+            for k in due {
+                if let Some(d) = self.pending.remove(&k) {
+                    for (h, inc) in self.hists.iter_mut().zip(&d.hists) {
+                        h.merge(inc);
+                    }
+                    self.last_flush_data = Some(self.last_flush_data.unwrap_or(0).max(d.last_time));
+                }
+            }
+            let alive = !end_of_input && self.last_flush_data.is_some_and(|d| b <= d.saturating_add(p.idle_ns));
+            if had_data || alive {
+                for lat in Lat::ALL {
+                    let h = &self.hists[lat.index()];
+                    if h.count > 0 {
+                        em.push(Out::Hist(lat), self.first_seen, b, attrs, Value::Hist(lat.bounds(), h.clone()));
+                    }
+                }
+                match b.checked_add(f) {
+                    Some(n) => b = n,
+                    None => break,
+                }
+            } else {
+                match self.pending.keys().next() {
+                    Some(&next) => b = next,
+                    None => break,
+                }
+            }
+        }
+    }
+
+    fn emit_window(&self, attrs: &[KeyValue], s: u64, e: u64, win: Option<&SpanWindow>, p: &Params, em: &mut Emitter) {
+        let secs = p.window_ns as f64 / 1e9;
+        let count = win.map_or(0, |w| w.count);
+        em.push(Out::RequestCount, s, e, attrs, Value::Int(i64::try_from(count).unwrap_or(i64::MAX)));
+        em.push(Out::RequestRate, s, e, attrs, Value::Double(count as f64 / secs));
+        let (out_tokens, in_tokens) = match win {
+            Some(w) => {
+                if w.count > 0 {
+                    em.push(Out::ErrorRate, s, e, attrs, Value::Double(w.errors as f64 / w.count as f64));
+                }
+                (w.has_output.then_some(w.output_tokens), w.has_input.then_some(w.input_tokens))
+            }
+            None => (self.has_output.then_some(0.0), self.has_input.then_some(0.0)),
+        };
+        if let Some(o) = out_tokens {
+            em.push(Out::TokensOutput, s, e, attrs, Value::Double(o / secs));
+        }
+        if let Some(i) = in_tokens {
+            em.push(Out::TokensInput, s, e, attrs, Value::Double(i / secs));
+        }
+        let Some(win) = win else { return };
+        for lat in Lat::ALL {
+            let Some(sk) = win.sketches[lat.index()].as_ref().filter(|s| s.count() > 0) else { continue };
+            for pct in Pct::ALL {
+                if let Some(v) = sk.quantile(pct.quantile()) {
+                    em.push(Out::Pct(lat, pct), s, e, attrs, Value::Double(v));
+                }
+            }
+            if lat == Lat::Queue
+                && let Some(p99) = sk.quantile(Pct::P99.quantile())
+            {
+                em.push(Out::QueueBlocking, s, e, attrs, Value::Int(i64::from(p99 > QUEUE_BLOCKING_P99_S)));
+            }
+        }
+    }
+
+    fn drained(&self) -> bool {
+        self.windows.is_empty() && self.pending.is_empty()
+    }
+
+    fn is_valid(&self) -> bool {
+        let shaped = |h: &[FixedHist; 4]| Lat::ALL.iter().all(|l| h[l.index()].counts.len() == l.bounds().len() + 1);
+        shaped(&self.hists) && self.pending.values().all(|p| shaped(&p.hists))
+    }
+}
+
+/// The previous point of a scraped series.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SeriesPrev {
+    time: u64,
+    /// Start time when meaningful (0 < start < time), else 0.
+    start: u64,
+    value: f64,
+    hist: Option<HistPoint>,
+}
+
+/// Aggregates of one scrape window of one group.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+struct ScrapeWindow {
+    /// Last value per gauge series: (time, value).
+    gauges: BTreeMap<(GaugeRole, u64), (u64, f64)>,
+    /// Increase and the time it covers (ns) per counter series.
+    rates: BTreeMap<(RateRole, u64), (f64, u64)>,
+    /// Summed bucket increases per latency signal: (bounds, per-bucket counts).
+    hists: BTreeMap<Lat, (Vec<f64>, Vec<u64>)>,
+}
+
+/// Scrape-derived state of a group.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+struct ScrapeState {
+    series: BTreeMap<u64, SeriesPrev>,
+    windows: BTreeMap<u64, ScrapeWindow>,
+}
+
+/// The increase since the previous point and the ns it covers (`time > prev.time`). After a reset
+/// (a lower value, a later start time, or `reset_other`) the counter counted from 0 somewhere in
+/// the interval, so the increase is the new value, over the whole interval (as Prometheus'
+/// `rate`; a reset's start time may be synthetic, e.g. the receiver's `time − 1 ms`).
+fn increase(prev: &SeriesPrev, time: u64, start: u64, value: f64, reset_other: bool) -> (f64, u64) {
+    let restarted = start != 0 && prev.start != 0 && start > prev.start;
+    let reset = reset_other || value < prev.value || restarted;
+    (if reset { value } else { value - prev.value }, time - prev.time)
+}
+
+impl ScrapeState {
+    fn add(&mut self, s: Sample, p: &Params) -> Result<(), Skip> {
+        let ws = floor(s.time, p.window_ns);
+        let start = if s.start > 0 && s.start < s.time { s.start } else { 0 };
+        if let (Role::Gauge(g), SampleValue::Number(v)) = (s.role, &s.value) {
+            let slot = self.windows.entry(ws).or_default().gauges.entry((g, s.series)).or_insert((0, *v));
+            if s.time >= slot.0 {
+                *slot = (s.time, *v);
+            }
+            return Ok(());
+        }
+        let full = self.series.len() >= MAX_SCRAPE_SERIES_PER_GROUP;
+        let prev = match self.series.entry(s.series) {
+            Entry::Vacant(v) => {
+                if full {
+                    return Err(Skip::SeriesFull);
+                }
+                let (value, hist) = match s.value {
+                    SampleValue::Number(v) => (v, None),
+                    SampleValue::Hist(h) => (h.sum, Some(h)),
+                };
+                v.insert(SeriesPrev { time: s.time, start, value, hist });
+                return Ok(());
+            }
+            Entry::Occupied(o) => o.into_mut(),
+        };
+        if s.time <= prev.time {
+            return Ok(()); // a repeated or out-of-order point adds nothing
+        }
+        match (s.role, s.value) {
+            (Role::Counter(r), SampleValue::Number(v)) => {
+                let inc = increase(prev, s.time, start, v, false);
+                *prev = SeriesPrev { time: s.time, start, value: v, hist: None };
+                add_rate(self.windows.entry(ws).or_default(), r, s.series, inc);
+            }
+            (role @ (Role::Latency(_) | Role::HistSum(_)), SampleValue::Hist(h)) => {
+                let Some(old) = prev.hist.take().filter(|o| o.bounds == h.bounds) else {
+                    // First histogram point of this shape: a new baseline.
+                    *prev = SeriesPrev { time: s.time, start, value: h.sum, hist: Some(h) };
+                    return Ok(());
+                };
+                let decreased = h.count < old.count || h.counts.iter().zip(&old.counts).any(|(n, o)| n < o);
+                let restarted = start != 0 && prev.start != 0 && start > prev.start;
+                let (sum_inc, dt) = increase(prev, s.time, start, h.sum, decreased || restarted);
+                let buckets: Vec<u64> = if decreased || restarted {
+                    h.counts.clone()
+                } else {
+                    h.counts.iter().zip(&old.counts).map(|(n, o)| n - o).collect()
+                };
+                let win = self.windows.entry(ws).or_default();
+                match role {
+                    Role::Latency(lat) => match win.hists.entry(lat) {
+                        Entry::Vacant(v) => {
+                            v.insert((h.bounds.clone(), buckets));
+                        }
+                        Entry::Occupied(mut o) => {
+                            let (bounds, counts) = o.get_mut();
+                            if *bounds == h.bounds {
+                                counts.iter_mut().zip(&buckets).for_each(|(c, b)| *c += b);
+                            } else {
+                                tracing::debug!(series = s.series, "llm_signals: histogram bounds differ in a group");
+                            }
+                        }
+                    },
+                    Role::HistSum(r) => add_rate(win, r, s.series, (sum_inc, dt)),
+                    _ => {}
+                }
+                *prev = SeriesPrev { time: s.time, start, value: h.sum, hist: Some(h) };
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, attrs: &[KeyValue], wm: u64, p: &Params, em: &mut Emitter) {
+        let w = p.window_ns;
+        if let Some(limit) = wm.checked_sub(w) {
+            let due: Vec<u64> = self.windows.range(..=limit).map(|(k, _)| *k).collect();
+            for s in due {
+                if let Some(win) = self.windows.remove(&s) {
+                    emit_scrape_window(attrs, s, s + w, &win, em);
+                }
+            }
+        }
+        self.series.retain(|_, prev| prev.time.saturating_add(p.idle_ns) > wm);
+    }
+
+    fn is_valid(&self) -> bool {
+        self.series.values().all(|s| s.hist.as_ref().is_none_or(HistPoint::is_valid))
+            && self.windows.values().all(|w| w.hists.values().all(|(b, c)| c.len() == b.len() + 1))
+    }
+}
+
+fn add_rate(win: &mut ScrapeWindow, role: RateRole, series: u64, (inc, dt): (f64, u64)) {
+    if !inc.is_finite() || inc < 0.0 || dt == 0 {
+        return;
+    }
+    let slot = win.rates.entry((role, series)).or_insert((0.0, 0));
+    slot.0 += inc;
+    slot.1 += dt;
+}
+
+/// Σ over the series of `role` of increase / covered seconds; `None` when no series of it.
+fn rate(win: &ScrapeWindow, role: RateRole) -> Option<f64> {
+    let mut any = false;
+    let mut total = 0.0;
+    for (_, (inc, dt)) in win.rates.iter().filter(|((r, _), _)| *r == role) {
+        any = true;
+        total += inc / (*dt as f64 / 1e9);
+    }
+    any.then_some(total)
+}
+
+fn emit_scrape_window(attrs: &[KeyValue], s: u64, e: u64, win: &ScrapeWindow, em: &mut Emitter) {
+    let gauge = |role: GaugeRole| win.gauges.iter().filter(move |((r, _), _)| *r == role).map(|(_, (_, v))| *v);
+    if let Some(kv) = gauge(GaugeRole::KvUsage).reduce(f64::max) {
+        em.push(Out::KvUsage, s, e, attrs, Value::Double(kv));
+    }
+    for (role, out) in [(GaugeRole::Waiting, Out::Waiting), (GaugeRole::Running, Out::Running)] {
+        if let Some(v) = gauge(role).reduce(|a, b| a + b) {
+            em.push(out, s, e, attrs, Value::Double(v));
+        }
+    }
+    let (ok, err) = (rate(win, RateRole::RequestsOk), rate(win, RateRole::RequestsErr));
+    if ok.is_some() || err.is_some() {
+        let (ok, err) = (ok.unwrap_or(0.0), err.unwrap_or(0.0));
+        em.push(Out::RequestRate, s, e, attrs, Value::Double(ok + err));
+        if ok + err > 0.0 {
+            em.push(Out::ErrorRate, s, e, attrs, Value::Double(err / (ok + err)));
+        }
+    }
+    for (role, out) in [
+        (RateRole::OutputTokens, Out::TokensOutput),
+        (RateRole::InputTokens, Out::TokensInput),
+        (RateRole::Preemptions, Out::PreemptionRate),
+    ] {
+        if let Some(v) = rate(win, role) {
+            em.push(out, s, e, attrs, Value::Double(v));
+        }
+    }
+    if let (Some(hits), Some(queries)) = (rate(win, RateRole::PrefixHits), rate(win, RateRole::PrefixQueries))
+        && queries > 0.0
+    {
+        let hit_rate = hits / queries;
+        em.push(Out::PrefixHitRate, s, e, attrs, Value::Double(hit_rate));
+        em.push(Out::PrefixLow, s, e, attrs, Value::Int(i64::from(hit_rate < PREFIX_HIT_RATE_LOW)));
+    }
+    for (lat, (bounds, counts)) in &win.hists {
+        for pct in Pct::ALL {
+            if let Some(v) = histogram_quantile(pct.quantile(), bounds, counts) {
+                em.push(Out::Pct(*lat, pct), s, e, attrs, Value::Double(v));
+            }
+        }
+        if *lat == Lat::Queue
+            && let Some(p99) = histogram_quantile(Pct::P99.quantile(), bounds, counts)
+        {
+            em.push(Out::QueueBlocking, s, e, attrs, Value::Int(i64::from(p99 > QUEUE_BLOCKING_P99_S)));
+        }
+    }
+}
+
+/// What a group holds, by source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum GroupData {
+    Spans(Box<SpanState>),
+    Scrape(ScrapeState),
+}
+
+/// One (source, model, version, instance) group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Group {
+    /// Largest event time of its input.
+    last_point: u64,
+    /// Arrival sequence number of its latest input (least-recently-seen eviction).
+    last_seen: u64,
+    data: GroupData,
+}
+
+/// The state of one `llm_signals` processor.
+pub struct State {
+    params: Params,
+    watermark: u64,
+    seq: u64,
+    groups: BTreeMap<GroupKey, Group>,
+}
+
+/// Checkpoint form (serialized by reference, read back owned; same layout).
+#[derive(Serialize)]
+struct SnapshotRef<'a> {
+    window_ns: u64,
+    flush_ns: u64,
+    watermark: u64,
+    seq: u64,
+    groups: &'a BTreeMap<GroupKey, Group>,
+}
+
+#[derive(Deserialize)]
+struct SnapshotOwned {
+    window_ns: u64,
+    flush_ns: u64,
+    watermark: u64,
+    seq: u64,
+    groups: BTreeMap<GroupKey, Group>,
+}
+
+/// Why a snapshot could not be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The bytes do not decode.
+    #[error("decode: {0}")]
+    Decode(#[from] postcard::Error),
+    /// The snapshot was written with another window or flush interval.
+    #[error("written with {what} {found} ns, configured {expected} ns")]
+    Params {
+        /// `window` or `flush_interval`.
+        what: &'static str,
+        /// Value in the snapshot.
+        found: u64,
+        /// Configured value.
+        expected: u64,
+    },
+    /// The state violates an invariant.
+    #[error("invalid state: {0}")]
+    Invalid(&'static str),
+}
+
+impl State {
+    /// An empty state.
+    pub fn new(params: Params) -> Self {
+        State { params, watermark: 0, seq: 0, groups: BTreeMap::new() }
+    }
+
+    /// The watermark of the last `advance`.
+    pub fn watermark(&self) -> u64 {
+        self.watermark
+    }
+
+    /// Number of groups held.
+    pub fn series_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The group of `key`, created (evicting at `max_series`) when new; with the number evicted.
+    fn group(&mut self, key: GroupKey, time: u64, make: impl FnOnce() -> GroupData) -> (&mut Group, usize) {
+        let mut evicted = 0;
+        if !self.groups.contains_key(&key) && self.groups.len() >= self.params.max_series {
+            evicted = self.evict_least_recent();
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        let g = self.groups.entry(key).or_insert_with(|| Group { last_point: time, last_seen: seq, data: make() });
+        g.last_seen = seq;
+        g.last_point = g.last_point.max(time);
+        (g, evicted)
+    }
+
+    /// Adds one request span ended at `time`; returns the number of groups evicted for room.
+    pub fn add_request(&mut self, key: GroupKey, time: u64, req: &Request) -> Result<usize, Skip> {
+        if time < self.watermark {
+            return Err(Skip::Late);
+        }
+        let p = self.params;
+        let (g, evicted) = self.group(key, time, || GroupData::Spans(Box::new(SpanState::new(time))));
+        if let GroupData::Spans(s) = &mut g.data {
+            s.add(time, req, &p);
+        }
+        Ok(evicted)
+    }
+
+    /// Adds one scraped sample; returns the number of groups evicted for room.
+    pub fn add_sample(&mut self, key: GroupKey, sample: Sample) -> Result<usize, Skip> {
+        if sample.time < self.watermark {
+            return Err(Skip::Late);
+        }
+        let p = self.params;
+        let (g, evicted) = self.group(key, sample.time, || GroupData::Scrape(ScrapeState::default()));
+        if let GroupData::Scrape(s) = &mut g.data {
+            s.add(sample, &p)?;
+        }
+        Ok(evicted)
+    }
+
+    /// Evicts the least recently seen 10 % of `max_series` (at least one); returns how many.
+    fn evict_least_recent(&mut self) -> usize {
+        let max = self.params.max_series;
+        let excess = (self.groups.len() + 1).saturating_sub(max);
+        let n = (max / 10).max(1).max(excess).min(self.groups.len());
+        let mut by_age: Vec<(u64, GroupKey)> = self.groups.iter().map(|(k, g)| (g.last_seen, k.clone())).collect();
+        by_age.sort_unstable_by_key(|(seen, _)| *seen);
+        for (_, k) in by_age.into_iter().take(n) {
+            self.groups.remove(&k);
+        }
+        tracing::debug!(evicted = n, max_series = max, "llm_signals: evicted least recently seen groups");
+        n
+    }
+
+    /// Moves the watermark to `wm`: emits what closes into `em`, then drops idle groups (returned).
+    pub fn advance(&mut self, wm: u64, em: &mut Emitter) -> usize {
+        if wm <= self.watermark {
+            return 0;
+        }
+        let prev = self.watermark;
+        self.watermark = wm;
+        let p = self.params;
+        for (key, g) in self.groups.iter_mut() {
+            let attrs = key.attributes();
+            match &mut g.data {
+                GroupData::Spans(s) => s.close(&attrs, prev, wm, &p, em),
+                GroupData::Scrape(s) => s.close(&attrs, wm, &p, em),
+            }
+        }
+        let before = self.groups.len();
+        self.groups.retain(|_, g| {
+            let drained = match &g.data {
+                GroupData::Spans(s) => s.drained(),
+                GroupData::Scrape(s) => s.windows.is_empty(),
+            };
+            !(drained && g.last_point.saturating_add(p.idle_ns) <= wm)
+        });
+        before - self.groups.len()
+    }
+
+    /// Serializes the state (groups in key order, so equal states give equal bytes).
+    pub fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
+        postcard::to_allocvec(&SnapshotRef {
+            window_ns: self.params.window_ns,
+            flush_ns: self.params.flush_ns,
+            watermark: self.watermark,
+            seq: self.seq,
+            groups: &self.groups,
+        })
+    }
+
+    /// Replaces the state with a snapshot; the state is unchanged on error.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), RestoreError> {
+        let s: SnapshotOwned = postcard::from_bytes(bytes)?;
+        for (what, found, expected) in
+            [("window", s.window_ns, self.params.window_ns), ("flush_interval", s.flush_ns, self.params.flush_ns)]
+        {
+            if found != expected {
+                return Err(RestoreError::Params { what, found, expected });
+            }
+        }
+        for (key, g) in &s.groups {
+            let ok = match (&g.data, key.source) {
+                (GroupData::Spans(st), super::model::Source::Spans) => st.is_valid(),
+                (GroupData::Scrape(st), super::model::Source::Scrape) => st.is_valid(),
+                _ => false,
+            };
+            if !ok {
+                return Err(RestoreError::Invalid("group state"));
+            }
+        }
+        self.watermark = s.watermark;
+        self.seq = s.seq;
+        self.groups = s.groups;
+        Ok(())
+    }
+}
