@@ -54,6 +54,16 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         reps: usize,
     },
+    /// llm_signals (traces → metrics) on vLLM llm_request spans, next to the pass-through path
+    /// (schema validation of the same protobuf, what an OTLP pipeline without Arrow does) and decode.
+    LlmSignals {
+        /// Spans.
+        #[arg(long, default_value_t = 262_144)]
+        spans: usize,
+        /// Repetitions (the best is reported).
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+    },
     /// Write a recording of `points` metric points as Parquet (for timing `inferwatch replay`).
     Record {
         /// Metric data points.
@@ -208,6 +218,55 @@ async fn window_stats(points: usize, series: usize, reps: usize) -> anyhow::Resu
     }))
 }
 
+async fn llm_signals(spans: usize, reps: usize) -> anyhow::Result<serde_json::Value> {
+    use inferwatch_core::pdata::Encoded;
+    let reqs: Vec<bytes::Bytes> =
+        data::span_requests(spans.div_ceil(512), 512).iter().map(|r| bytes::Bytes::from(r.encode_to_vec())).collect();
+    let n = reqs.len() * 512;
+    let validate = best(reps, || {
+        for b in &reqs {
+            std::hint::black_box(Encoded::new(Signal::Traces, b.clone()).map_err(|e| anyhow::anyhow!("{e}"))?);
+        }
+        Ok(())
+    })?;
+    let decode = best(reps, || {
+        for b in &reqs {
+            std::hint::black_box(ExportTraceServiceRequest::decode(b.as_ref())?);
+        }
+        Ok(())
+    })?;
+    let mut registry = inferwatch_core::registry::Registry::new();
+    inferwatch_processors::register(&mut registry);
+    let factory = registry.connector("llm_signals").context("no llm_signals connector")?;
+    let mut best_t = f64::INFINITY;
+    let mut derived = 0;
+    for _ in 0..reps.max(1) {
+        let telemetry = Arc::new(Telemetry::new());
+        let id = ComponentId::parse("llm_signals").map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ctx = CreateContext { id, telemetry, host: Host::new() };
+        let sink = Arc::new(Count(AtomicU64::new(0)));
+        let node = factory.create(ctx, &serde_json::json!({}), Signal::Traces, Signal::Metrics, sink.clone())?;
+        let t = Instant::now();
+        for b in &reqs {
+            // As the pipeline gets it: validated protobuf, decoded and converted once by the stage.
+            let p = Payload::Encoded(Encoded::new(Signal::Traces, b.clone()).map_err(|e| anyhow::anyhow!("{e}"))?);
+            node.consume(p).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        node.end_of_input().await;
+        best_t = best_t.min(t.elapsed().as_secs_f64());
+        derived = sink.0.load(Ordering::Relaxed);
+    }
+    Ok(serde_json::json!({
+        "spans": n,
+        "pass_through_validate_spans_per_s": (n as f64 / validate).round(),
+        "decode_spans_per_s": (n as f64 / decode).round(),
+        "llm_signals_spans_per_s": (n as f64 / best_t).round(),
+        "llm_signals_over_pass_through": best_t / validate,
+        "llm_signals_over_decode": best_t / decode,
+        "derived_points": derived,
+    }))
+}
+
 fn record(points: usize, series: usize, out: &std::path::Path) -> anyhow::Result<serde_json::Value> {
     use parquet::arrow::ArrowWriter;
     use parquet::basic::{Compression, ZstdLevel};
@@ -235,6 +294,10 @@ fn main() -> anyhow::Result<()> {
         Cmd::WindowStats { points, series, reps } => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(window_stats(points, series, reps))?
+        }
+        Cmd::LlmSignals { spans, reps } => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(llm_signals(spans, reps))?
         }
         Cmd::Record { points, series, out } => record(points, series, &out)?,
     };
