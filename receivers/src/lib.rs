@@ -1,6 +1,7 @@
 //! inferwatch receivers: components that take telemetry in from outside.
 
 pub mod otlp;
+pub mod prometheus;
 pub mod replay;
 
 use std::sync::Arc;
@@ -8,5 +9,6 @@ use std::sync::Arc;
 /// Registers every receiver factory of this crate.
 pub fn register(reg: &mut inferwatch_core::registry::Registry) {
     reg.add_receiver(Arc::new(otlp::OtlpReceiverFactory));
+    reg.add_receiver(Arc::new(prometheus::PrometheusReceiverFactory));
     reg.add_receiver(Arc::new(replay::ReplayReceiverFactory));
 }
