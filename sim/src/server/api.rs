@@ -21,6 +21,9 @@ use super::driver::{Clock, Command, ReqEvent, Submission};
 use super::prom::{PromState, RequestParams};
 use super::prompt::{ChatTurn, PreparedPrompt, choice_key, prepare_chat, prepare_ids, prepare_text};
 use super::telemetry::{SpanMeta, TraceParent};
+use super::tgi::TgiMetrics;
+use super::tgi::trace::Handler;
+use super::tgi::validation_ns;
 use crate::engine::tokens::{self, mix64, natural_length};
 use crate::engine::{FinishReason, RejectReason, RequestId, RequestSpec};
 
@@ -37,6 +40,8 @@ pub struct AppState {
     pub clock: Clock,
     /// `/metrics` state.
     pub prom: Arc<Mutex<PromState>>,
+    /// TGI's metrics, in the TGI flavour (its `/metrics` then shows these).
+    pub tgi: Option<Arc<Mutex<TgiMetrics>>>,
     /// Served model names (`--served-model-name`); the first one labels the metrics.
     pub served: Vec<String>,
     /// The model behind them (`root` in `/v1/models`).
@@ -323,9 +328,33 @@ impl AppState {
         }
     }
 
-    /// Validates the common parameters and lays out the choices.
+    /// Validates the common parameters and lays out the choices; in the TGI flavour, records
+    /// the request and its validation as TGI's handlers do.
     #[allow(clippy::too_many_arguments)]
     fn plan(
+        &self,
+        kind: Kind,
+        headers: &HeaderMap,
+        c: &Common,
+        prompts: Vec<PreparedPrompt>,
+        max_tokens: Option<i64>,
+        logprobs: Option<u32>,
+        arrival: u64,
+    ) -> Result<(Plan, Vec<Submission>), ApiError> {
+        let planned = self.plan_choices(kind, headers, c, prompts, max_tokens, logprobs, arrival);
+        if let Some(t) = &self.tgi {
+            let mut t = t.lock();
+            t.request_received();
+            match &planned {
+                Ok((_, subs)) => subs.iter().for_each(|s| t.validated(s.spec.prompt_tokens, s.spec.max_tokens)),
+                Err(_) => t.validation_failed(),
+            }
+        }
+        planned
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn plan_choices(
         &self,
         kind: Kind,
         headers: &HeaderMap,
@@ -380,9 +409,9 @@ impl AppState {
                 ..ApiError::bad_request(format!("at most {MAX_CHOICES} choices (prompts × n) per request"))
             });
         }
-        let (what, prefix) = match kind {
-            Kind::Chat => ("messages", "chatcmpl"),
-            Kind::Completion => ("prompt", "cmpl"),
+        let (what, prefix, handler) = match kind {
+            Kind::Chat => ("messages", "chatcmpl", "chat_completions"),
+            Kind::Completion => ("prompt", "cmpl", "completions"),
         };
         let len = self.max_model_len;
         let id = request_id(self, headers, c.request_id.as_deref(), prefix);
@@ -430,7 +459,7 @@ impl AppState {
                 let engine_id: RequestId = self.next_id.fetch_add(1, Ordering::Relaxed);
                 let spec = RequestSpec {
                     id: engine_id,
-                    arrival,
+                    arrival: if self.tgi.is_some() { arrival + validation_ns(p.tokens) } else { arrival },
                     prompt_tokens: p.tokens,
                     max_tokens: max,
                     stop_after,
@@ -448,12 +477,22 @@ impl AppState {
                         top_p,
                         n,
                         parent: trace.clone(),
+                        handler: Handler {
+                            name: handler,
+                            group: 0,
+                            members: total as u32,
+                            seed: (temperature != 0.0)
+                                .then(|| c.seed.map_or_else(|| mix64(key ^ self.seed), |s| s as u64)),
+                            arrival,
+                        },
                     },
                     params: RequestParams { n, max_tokens: max },
                 });
                 choices.push(ChoicePlan { prompt: pi, key, target: spec.target_output(), spec });
             }
         }
+        let group = subs.first().map_or(0, |s| s.spec.id);
+        subs.iter_mut().for_each(|s| s.meta.handler.group = group);
         let plan = Plan {
             kind,
             id,
@@ -572,12 +611,21 @@ async fn respond(st: Arc<AppState>, planned: Result<(Plan, Vec<Submission>), Api
     if st.cmd.send(Command::Submit { subs, events: tx, reply: reply_tx }).is_err() {
         return unavailable().into_response();
     }
+    let rejected = |st: &AppState| {
+        if let Some(t) = &st.tgi {
+            t.lock().failure("validation");
+        }
+    };
     match reply_rx.await {
         Ok(Ok(())) => {}
         Ok(Err(RejectReason::TooLong)) => {
+            rejected(&st);
             return ApiError::bad_request("the request exceeds the model's maximum context length").into_response();
         }
-        Ok(Err(r)) => return ApiError::bad_request(format!("the engine refused the request: {r:?}")).into_response(),
+        Ok(Err(r)) => {
+            rejected(&st);
+            return ApiError::bad_request(format!("the engine refused the request: {r:?}")).into_response();
+        }
         Err(_) => return unavailable().into_response(),
     }
     let guard = AbortGuard { ids, cmd: st.cmd.clone(), armed: true };

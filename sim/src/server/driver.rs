@@ -1,7 +1,8 @@
 //! The real-time driver: one task owns the [`Engine`], maps the monotonic clock onto engine
 //! nanoseconds, advances the engine to "now" whenever something is due (its next event, a
 //! submission, an abort, an admin call), and hands each request's tokens to its HTTP handler
-//! over a channel. It also keeps the `/metrics` state and emits the spans of finished requests.
+//! over a channel. It also keeps the `/metrics` state (and TGI's, in the TGI flavour) and
+//! emits the spans of finished requests (TGI's handler spans in the TGI flavour).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::prom::{PromState, RequestParams};
 use super::telemetry::{SpanMeta, request_span};
+use super::tgi::TgiMetrics;
+use super::tgi::trace::{Handler, HandlerSpans, Timings};
 use crate::engine::{Engine, EngineEvent, Nanos, RejectReason, RequestId, RequestRecord, RequestSpec};
 use crate::faults::{Fault, FaultSet};
 
@@ -134,6 +137,23 @@ struct Live {
     last_token: Option<Nanos>,
 }
 
+/// The TGI flavour's state in the driver.
+struct Tgi {
+    metrics: Arc<Mutex<TgiMetrics>>,
+    /// Handler spans being assembled (only when spans are exported).
+    spans: Option<HandlerSpans>,
+}
+
+/// Where a finished request is reported.
+struct Sinks<'a> {
+    prom: &'a mut PromState,
+    tgi: Option<&'a mut TgiMetrics>,
+    tgi_spans: Option<&'a mut HandlerSpans>,
+    spans: &'a Option<mpsc::Sender<Span>>,
+    dropped: &'a mut u64,
+    unix0: u64,
+}
+
 /// The driver task's state.
 pub struct Driver {
     engine: Engine,
@@ -143,13 +163,22 @@ pub struct Driver {
     spans: Option<mpsc::Sender<Span>>,
     events: Vec<EngineEvent>,
     dropped_spans: u64,
+    tgi: Option<Tgi>,
 }
 
 impl Driver {
     /// A driver for `engine` (whose time 0 is `clock`'s zero), publishing into `prom` and
     /// sending finished requests' spans to `spans`.
     pub fn new(engine: Engine, clock: Clock, prom: Arc<Mutex<PromState>>, spans: Option<mpsc::Sender<Span>>) -> Self {
-        Driver { engine, clock, live: HashMap::new(), prom, spans, events: Vec::new(), dropped_spans: 0 }
+        Driver { engine, clock, live: HashMap::new(), prom, spans, events: Vec::new(), dropped_spans: 0, tgi: None }
+    }
+
+    /// The TGI flavour: also records TGI's metrics into `metrics`, and sends TGI's handler
+    /// spans instead of `llm_request` spans.
+    pub fn with_tgi(mut self, metrics: Arc<Mutex<TgiMetrics>>) -> Self {
+        let spans = self.spans.is_some().then(HandlerSpans::default);
+        self.tgi = Some(Tgi { metrics, spans });
+        self
     }
 
     /// Runs until every command sender is gone or `stop` fires; requests still in flight
@@ -194,7 +223,12 @@ impl Driver {
         self.engine.advance_to(now, &mut self.events);
         let events = std::mem::take(&mut self.events);
         let mut prom = self.prom.lock();
+        let tgi_metrics = self.tgi.as_ref().map(|t| Arc::clone(&t.metrics));
+        let mut tgi = tgi_metrics.as_ref().map(|m| m.lock());
         for ev in &events {
+            if let Some(t) = tgi.as_deref_mut() {
+                t.engine_event(ev);
+            }
             match ev {
                 EngineEvent::Token { id, index, t } => {
                     if let Some(l) = self.live.get_mut(id) {
@@ -208,45 +242,73 @@ impl Driver {
                 }
                 EngineEvent::Finished { record } => {
                     if let Some(l) = self.live.remove(&record.id) {
-                        finish(&mut prom, &l, record, self.clock.unix0(), &self.spans, &mut self.dropped_spans);
+                        let sinks = Sinks {
+                            prom: &mut prom,
+                            tgi: tgi.as_deref_mut(),
+                            tgi_spans: self.tgi.as_mut().and_then(|t| t.spans.as_mut()),
+                            spans: &self.spans,
+                            dropped: &mut self.dropped_spans,
+                            unix0: self.clock.unix0(),
+                        };
+                        finish(sinks, &l, record);
                     }
                 }
                 EngineEvent::Step(s) => prom.observe_step_tokens(s.num_tokens),
                 EngineEvent::Scheduled { .. } | EngineEvent::FirstToken { .. } | EngineEvent::Preempted { .. } => {}
             }
         }
-        self.publish(&mut prom);
+        self.publish(&mut prom, tgi.as_deref_mut());
+        drop(tgi);
         drop(prom);
         self.events = events;
         self.events.clear();
     }
 
-    fn publish(&self, prom: &mut PromState) {
+    fn publish(&self, prom: &mut PromState, tgi: Option<&mut TgiMetrics>) {
         prom.running = self.engine.num_running();
         prom.waiting = self.engine.num_waiting();
         prom.kv_usage = self.engine.kv_usage();
         prom.stats.clone_from(self.engine.stats());
+        if let Some(t) = tgi {
+            t.engine_state(prom.waiting, prom.running);
+        }
     }
 
     fn abort(&mut self, ids: &[RequestId]) {
         let mut prom = self.prom.lock();
+        let tgi_metrics = self.tgi.as_ref().map(|t| Arc::clone(&t.metrics));
+        let mut tgi = tgi_metrics.as_ref().map(|m| m.lock());
         for id in ids {
             let Some(l) = self.live.remove(id) else { continue };
             if let Some(record) = self.engine.abort(*id) {
-                finish(&mut prom, &l, &record, self.clock.unix0(), &self.spans, &mut self.dropped_spans);
+                let sinks = Sinks {
+                    prom: &mut prom,
+                    tgi: tgi.as_deref_mut(),
+                    tgi_spans: self.tgi.as_mut().and_then(|t| t.spans.as_mut()),
+                    spans: &self.spans,
+                    dropped: &mut self.dropped_spans,
+                    unix0: self.clock.unix0(),
+                };
+                finish(sinks, &l, &record);
             }
         }
-        self.publish(&mut prom);
+        self.publish(&mut prom, tgi.as_deref_mut());
     }
 
     fn handle(&mut self, cmd: Command) {
         match cmd {
             Command::Submit { subs, events, reply } => {
                 let mut accepted: Vec<RequestId> = Vec::with_capacity(subs.len());
+                let mut budgets: Vec<(RequestId, u64)> = Vec::with_capacity(subs.len());
+                let mut handlers = Vec::new();
                 let mut result = Ok(());
                 for s in subs {
                     let id = s.spec.id;
                     let arrival = s.spec.arrival;
+                    budgets.push((id, u64::from(s.spec.prompt_tokens) + u64::from(s.spec.max_tokens)));
+                    if handlers.last().is_none_or(|h: &Handler| h.group != s.meta.handler.group) {
+                        handlers.push(s.meta.handler.clone());
+                    }
                     match self.engine.submit(s.spec) {
                         Ok(()) => {
                             accepted.push(id);
@@ -272,6 +334,14 @@ impl Driver {
                     for id in accepted {
                         self.live.remove(&id);
                         self.engine.abort(id);
+                    }
+                } else if let Some(t) = &mut self.tgi {
+                    let mut m = t.metrics.lock();
+                    for (id, budget) in budgets {
+                        m.queued(id, budget);
+                    }
+                    if let Some(spans) = &mut t.spans {
+                        handlers.iter().for_each(|h| spans.open(h));
                     }
                 }
                 let _ = reply.send(result);
@@ -307,19 +377,20 @@ impl Driver {
     }
 }
 
-fn finish(
-    prom: &mut PromState,
-    l: &Live,
-    record: &RequestRecord,
-    unix0: u64,
-    spans: &Option<mpsc::Sender<Span>>,
-    dropped: &mut u64,
-) {
-    prom.observe_finished(record, l.params);
-    if let Some(tx) = spans
-        && tx.try_send(request_span(&l.meta, record, unix0)).is_err()
+fn finish(out: Sinks<'_>, l: &Live, record: &RequestRecord) {
+    out.prom.observe_finished(record, l.params);
+    let span = match out.tgi {
+        None => out.spans.as_ref().map(|_| request_span(&l.meta, record, out.unix0)),
+        Some(m) => {
+            let t = Timings::of(record, l.meta.handler.arrival);
+            m.finished(record, &t);
+            out.tgi_spans.and_then(|s| s.finish(&l.meta, record, &t, out.unix0))
+        }
+    };
+    if let (Some(tx), Some(span)) = (out.spans, span)
+        && tx.try_send(span).is_err()
     {
-        *dropped += 1;
+        *out.dropped += 1;
     }
     let _ = l.tx.send(ReqEvent::Finished { choice: l.choice, record: record.clone() });
 }

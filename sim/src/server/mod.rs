@@ -1,5 +1,8 @@
 //! The real-time OpenAI-compatible server (`inferwatch sim`): vLLM's HTTP API, `/metrics`
-//! and OTLP spans around the discrete-event [`Engine`], driven by the wall clock.
+//! and OTLP spans around the discrete-event [`Engine`], driven by the wall clock. With
+//! `--flavor tgi` it shows Hugging Face TGI's telemetry instead: `/metrics` with TGI's
+//! `tgi_*` metrics, `GET /info`, and TGI's router handler spans ([`tgi`]); the OpenAI API is
+//! the same in both flavours.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), inferwatch_sim::server::ServerError> {
@@ -41,6 +44,7 @@ pub mod driver;
 pub mod prom;
 pub mod prompt;
 pub mod telemetry;
+pub mod tgi;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -67,6 +71,7 @@ use crate::scenario::ScenarioError;
 use api::AppState;
 use driver::{Clock, Driver};
 use prom::PromState;
+use tgi::TgiMetrics;
 
 /// Errors of starting or running the simulator.
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +145,16 @@ impl GpuName {
     }
 }
 
+/// Whose telemetry the simulator shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Flavor {
+    /// vLLM V1: `vllm:*` metrics, `llm_request` spans.
+    #[default]
+    Vllm,
+    /// Hugging Face TGI: `tgi_*` metrics, `GET /info`, router handler spans.
+    Tgi,
+}
+
 /// `inferwatch sim` options (vLLM's flag names where vLLM has them).
 #[derive(Clone, Debug, clap::Args)]
 pub struct SimArgs {
@@ -192,6 +207,9 @@ pub struct SimArgs {
     /// Output directory of --scenario.
     #[arg(long, value_name = "DIR", requires = "scenario")]
     pub out: Option<PathBuf>,
+    /// Whose telemetry to show on /metrics, /info and in spans: vllm or tgi.
+    #[arg(long, value_enum, default_value_t = Flavor::Vllm)]
+    pub flavor: Flavor,
 }
 
 impl Default for SimArgs {
@@ -213,6 +231,7 @@ impl Default for SimArgs {
             otlp_batch_delay_ms: 1000,
             scenario: None,
             out: None,
+            flavor: Flavor::Vllm,
         }
     }
 }
@@ -334,7 +353,16 @@ impl SimServer {
         let clock = Clock::start();
         let unix0_s = clock.unix0() as f64 / 1e9;
         let prom = Arc::new(Mutex::new(PromState::new(&served[0], &ecfg, unix0_s)));
-        let resource = telemetry::resource(&ecfg.version);
+        let tgi_metrics =
+            (args.flavor == Flavor::Tgi).then(|| Arc::new(Mutex::new(TgiMetrics::new(tgi::limits(&ecfg)))));
+        let resource = match args.flavor {
+            Flavor::Vllm => telemetry::resource(&ecfg.version),
+            Flavor::Tgi => telemetry::resource_named(&ecfg.version, tgi::trace::SERVICE_NAME),
+        };
+        let scope = match args.flavor {
+            Flavor::Vllm => telemetry::vllm_scope(),
+            Flavor::Tgi => tgi::trace::scope(),
+        };
         let mut background = Vec::new();
 
         let spans_tx = match &args.otlp_traces_endpoint {
@@ -344,7 +372,7 @@ impl SimServer {
                 let node = telemetry::exporter(&target, Signal::Traces).await?;
                 let (tx, rx) = mpsc::channel(16 * 1024);
                 let delay = Duration::from_millis(args.otlp_batch_delay_ms.max(1));
-                background.push(tokio::spawn(telemetry::span_export_loop(rx, node, resource.clone(), delay)));
+                background.push(tokio::spawn(telemetry::span_export_loop(rx, node, resource.clone(), scope, delay)));
                 Some(tx)
             }
             None => None,
@@ -369,12 +397,17 @@ impl SimServer {
 
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let engine_stop = all.child_token();
-        let driver = tokio::spawn(Driver::new(engine, clock, prom.clone(), spans_tx).run(cmd_rx, engine_stop.clone()));
+        let mut driver = Driver::new(engine, clock, prom.clone(), spans_tx);
+        if let Some(m) = &tgi_metrics {
+            driver = driver.with_tgi(m.clone());
+        }
+        let driver = tokio::spawn(driver.run(cmd_rx, engine_stop.clone()));
 
         let state = Arc::new(AppState {
             cmd: cmd_tx,
             clock,
             prom,
+            tgi: tgi_metrics,
             served: served.clone(),
             root: ecfg.model().name.clone(),
             max_model_len: ecfg.max_model_len,
@@ -404,7 +437,7 @@ impl SimServer {
         });
         tracing::info!(
             address = %addr, model = %served[0], gpu = %ecfg.gpu().name, version = %ecfg.version,
-            kv_blocks = ecfg.num_gpu_blocks(), "inferwatch sim is serving the OpenAI API"
+            kv_blocks = ecfg.num_gpu_blocks(), flavor = ?args.flavor, "inferwatch sim is serving the OpenAI API"
         );
         Ok(SimServer {
             addr,
@@ -448,7 +481,8 @@ impl SimServer {
 }
 
 fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let tgi = state.tgi.is_some();
+    let r = Router::new()
         .route("/v1/chat/completions", post(api::chat_completions))
         .route("/v1/completions", post(api::completions))
         .route("/v1/models", get(api::models))
@@ -458,13 +492,17 @@ fn router(state: Arc<AppState>) -> Router {
             get(|| async { axum::Json(json!({"version": concat!(env!("CARGO_PKG_VERSION"), "+inferwatch-sim")})) }),
         )
         .route("/metrics", get(metrics))
-        .route("/admin/faults", get(admin::get_faults).post(admin::post_faults).delete(admin::delete_faults))
-        .fallback(|| async { (StatusCode::NOT_FOUND, axum::Json(json!({"detail": "Not Found"}))) })
+        .route("/admin/faults", get(admin::get_faults).post(admin::post_faults).delete(admin::delete_faults));
+    let r = if tgi { r.route("/info", get(tgi::info)) } else { r };
+    r.fallback(|| async { (StatusCode::NOT_FOUND, axum::Json(json!({"detail": "Not Found"}))) })
         .layer(DefaultBodyLimit::max(64 * 1024 * 1024))
         .with_state(state)
 }
 
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    if let Some(t) = &st.tgi {
+        return tgi::metrics_response(&t.lock());
+    }
     let text = st.prom.lock().render();
     let mut r = text.into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(prom::CONTENT_TYPE));

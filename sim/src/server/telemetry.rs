@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::ServerError;
+use super::tgi::trace::Handler;
 use crate::engine::{FinishReason, RequestRecord};
 
 /// Instrumentation scope of vLLM's tracer.
@@ -123,12 +124,28 @@ pub struct SpanMeta {
     pub n: u32,
     /// The incoming trace context, if any.
     pub parent: Option<TraceParent>,
+    /// The HTTP request it belongs to (TGI-flavoured spans cover the whole request).
+    pub handler: Handler,
 }
 
-/// Builds the `llm_request` span of a finished request; `start_unix_ns` maps engine time
-/// to wall-clock time.
-pub fn request_span(meta: &SpanMeta, r: &RequestRecord, start_unix_ns: u64) -> Span {
-    let (trace_id, parent_span_id, flags, trace_state) = match &meta.parent {
+/// The identity of a new span: its ids, its parent and the trace flags and state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpanIds {
+    /// Trace id (the parent's, or a new one).
+    pub trace_id: Vec<u8>,
+    /// A new span id.
+    pub span_id: Vec<u8>,
+    /// The parent span id (empty for a root span).
+    pub parent_span_id: Vec<u8>,
+    /// Span flags (W3C flags, and whether the parent is remote).
+    pub flags: u32,
+    /// The parent's `tracestate`.
+    pub trace_state: String,
+}
+
+/// New ids for a server span continuing `parent` (a root span when `None`).
+pub fn span_context(parent: Option<&TraceParent>) -> SpanIds {
+    let (trace_id, parent_span_id, flags, trace_state) = match parent {
         Some(p) => (p.trace_id.to_vec(), p.span_id.to_vec(), u32::from(p.flags) | 0x300, p.trace_state.clone()),
         None => {
             let mut id = rand::random::<u128>().to_be_bytes();
@@ -139,6 +156,13 @@ pub fn request_span(meta: &SpanMeta, r: &RequestRecord, start_unix_ns: u64) -> S
         }
     };
     let span_id = rand::random::<u64>().max(1).to_be_bytes().to_vec();
+    SpanIds { trace_id, span_id, parent_span_id, flags, trace_state }
+}
+
+/// Builds the `llm_request` span of a finished request; `start_unix_ns` maps engine time
+/// to wall-clock time.
+pub fn request_span(meta: &SpanMeta, r: &RequestRecord, start_unix_ns: u64) -> Span {
+    let SpanIds { trace_id, span_id, parent_span_id, flags, trace_state } = span_context(meta.parent.as_ref());
     let mut attributes = vec![kv_str("gen_ai.request.id", meta.request_id.clone())];
     if meta.top_p != 0.0 {
         attributes.push(kv_f64("gen_ai.request.top_p", meta.top_p));
@@ -185,6 +209,11 @@ pub fn request_span(meta: &SpanMeta, r: &RequestRecord, start_unix_ns: u64) -> S
 /// `vllm-server`, the name vLLM's docs use), `service.version` from `--version`, the
 /// attributes of `OTEL_RESOURCE_ATTRIBUTES`, and the SDK attributes the Python SDK sets.
 pub fn resource(version: &str) -> Resource {
+    resource_named(version, "vllm-server")
+}
+
+/// [`resource`] with another default `service.name` (TGI's router: `text-generation-inference.router`).
+pub fn resource_named(version: &str, default_service_name: &str) -> Resource {
     let mut attrs: Vec<KeyValue> = Vec::new();
     if let Ok(extra) = std::env::var("OTEL_RESOURCE_ATTRIBUTES") {
         for pair in extra.split(',') {
@@ -196,8 +225,10 @@ pub fn resource(version: &str) -> Resource {
             }
         }
     }
-    let name =
-        std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "vllm-server".into());
+    let name = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| default_service_name.to_string());
     attrs.retain(|kv| kv.key != "service.name" && kv.key != "service.version");
     attrs.extend([
         kv_str("service.name", name),
@@ -290,9 +321,20 @@ async fn push(node: &NodeRef, payload: Payload, what: &str) {
     }
 }
 
-/// Batches spans (up to [`MAX_EXPORT_BATCH`], or every `delay`) into export requests until
-/// the channel closes, then flushes and shuts the exporter down.
-pub async fn span_export_loop(mut rx: mpsc::Receiver<Span>, node: NodeRef, resource: Resource, delay: Duration) {
+/// The instrumentation scope of vLLM's spans.
+pub fn vllm_scope() -> InstrumentationScope {
+    InstrumentationScope { name: TRACE_SCOPE.into(), ..Default::default() }
+}
+
+/// Batches spans (up to [`MAX_EXPORT_BATCH`], or every `delay`) into export requests of
+/// `scope` until the channel closes, then flushes and shuts the exporter down.
+pub async fn span_export_loop(
+    mut rx: mpsc::Receiver<Span>,
+    node: NodeRef,
+    resource: Resource,
+    scope: InstrumentationScope,
+    delay: Duration,
+) {
     let mut buf: Vec<Span> = Vec::new();
     let mut tick = tokio::time::interval(delay);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -301,11 +343,7 @@ pub async fn span_export_loop(mut rx: mpsc::Receiver<Span>, node: NodeRef, resou
         Payload::Traces(ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
                 resource: Some(resource.clone()),
-                scope_spans: vec![ScopeSpans {
-                    scope: Some(InstrumentationScope { name: TRACE_SCOPE.into(), ..Default::default() }),
-                    spans,
-                    schema_url: String::new(),
-                }],
+                scope_spans: vec![ScopeSpans { scope: Some(scope.clone()), spans, schema_url: String::new() }],
                 schema_url: String::new(),
             }],
         })
