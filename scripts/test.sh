@@ -96,25 +96,27 @@ ensure_venv() {
 }
 
 ensure_promtool() {
-    # promtool (Debian package `prometheus`) for the /metrics lint test of the simulator; the
-    # tests that need it skip without it, and fail when CI=true.
-    if command -v promtool >/dev/null; then
-        echo "promtool present ($(command -v promtool))"
+    # promtool (Debian package `prometheus`) for the /metrics lint test of the simulator, and the
+    # prometheus server itself for the prometheus / prometheusremotewrite exporter tests; the
+    # tests that need them skip without them, and fail when CI=true.
+    if command -v promtool >/dev/null && [[ -x /usr/bin/prometheus ]]; then
+        echo "promtool and prometheus present ($(command -v promtool), /usr/bin/prometheus)"
         return 0
     fi
     if ! command -v apt-get >/dev/null; then
         echo "WARNING: promtool missing and no apt-get; the promtool e2e tests will skip (fail under CI=true)" >&2
         return 0
     fi
-    echo "promtool missing; installing the Debian package prometheus"
+    echo "promtool or prometheus missing; installing the Debian package prometheus"
     export DEBIAN_FRONTEND=noninteractive
     if ! apt-cache show prometheus >/dev/null 2>&1; then
         as_root apt-get update -qq || true
     fi
-    if as_root apt-get install -y -qq --no-install-recommends prometheus && command -v promtool >/dev/null; then
-        echo "promtool installed ($(command -v promtool))"
+    if as_root apt-get install -y -qq --no-install-recommends prometheus && command -v promtool >/dev/null \
+        && [[ -x /usr/bin/prometheus ]]; then
+        echo "promtool and prometheus installed ($(command -v promtool), /usr/bin/prometheus)"
     else
-        echo "WARNING: could not install promtool; the promtool e2e tests will skip (fail under CI=true)" >&2
+        echo "WARNING: could not install prometheus; the tests that need it will skip (fail under CI=true)" >&2
     fi
 }
 

@@ -1,5 +1,6 @@
-//! inferwatch exporters: `otlp` (gRPC), `otlphttp`, `debug`, and the recording exporters
-//! `parquet` and `arrow_ipc`.
+//! inferwatch exporters: `otlp` (gRPC), `otlphttp`, `debug`, the recording exporters
+//! `parquet` and `arrow_ipc`, and the Prometheus exporters `prometheus` (pull endpoint) and
+//! `prometheusremotewrite`.
 //!
 //! Every network exporter is a [`Sender`](inferwatch_core::exporterhelper::Sender) (one delivery
 //! attempt) wrapped in a [`QueuedExporter`](inferwatch_core::exporterhelper::QueuedExporter),
@@ -11,6 +12,8 @@ pub mod debug;
 pub mod otlp;
 pub mod otlphttp;
 pub mod parquet;
+pub mod prometheus;
+pub mod prometheusremotewrite;
 pub mod recording;
 pub mod tls;
 
@@ -21,17 +24,22 @@ pub use crate::parquet::{ParquetCompression, ParquetConfig, ParquetExporterFacto
 pub use debug::{DebugConfig, DebugExporterFactory, Verbosity};
 pub use otlp::{OtlpConfig, OtlpExporterFactory};
 pub use otlphttp::{Encoding, OtlpHttpConfig, OtlpHttpExporterFactory};
+pub use prometheus::{PrometheusConfig, PrometheusExporterFactory};
+pub use prometheusremotewrite::{RemoteWriteConfig, RemoteWriteExporterFactory};
 
 use inferwatch_core::registry::Registry;
 use std::sync::Arc;
 
-/// Adds the `otlp`, `otlphttp`, `debug`, `parquet` and `arrow_ipc` exporter factories to `reg`.
+/// Adds the `otlp`, `otlphttp`, `debug`, `parquet`, `arrow_ipc`, `prometheus` and
+/// `prometheusremotewrite` exporter factories to `reg`.
 pub fn register(reg: &mut Registry) {
     reg.add_exporter(Arc::new(OtlpExporterFactory));
     reg.add_exporter(Arc::new(OtlpHttpExporterFactory));
     reg.add_exporter(Arc::new(DebugExporterFactory));
     reg.add_exporter(Arc::new(ParquetExporterFactory));
     reg.add_exporter(Arc::new(ArrowIpcExporterFactory));
+    reg.add_exporter(Arc::new(PrometheusExporterFactory));
+    reg.add_exporter(Arc::new(RemoteWriteExporterFactory));
 }
 
 #[cfg(test)]
@@ -40,10 +48,13 @@ mod tests {
     use inferwatch_core::ComponentKind;
 
     #[test]
-    fn registers_five_exporters() {
+    fn registers_seven_exporters() {
         let mut reg = Registry::new();
         register(&mut reg);
-        assert_eq!(reg.type_names(ComponentKind::Exporter), vec!["arrow_ipc", "debug", "otlp", "otlphttp", "parquet"]);
+        assert_eq!(
+            reg.type_names(ComponentKind::Exporter),
+            vec!["arrow_ipc", "debug", "otlp", "otlphttp", "parquet", "prometheus", "prometheusremotewrite"]
+        );
         for t in ["debug", "otlp", "otlphttp"] {
             let f = reg.exporter(t).map(|f| f.signals().len());
             assert_eq!(f, Some(3), "{t}");
@@ -52,6 +63,10 @@ mod tests {
         for t in ["parquet", "arrow_ipc"] {
             let f = reg.exporter(t).map(|f| f.signals().to_vec());
             assert_eq!(f, Some(vec![inferwatch_core::Signal::Traces, inferwatch_core::Signal::Metrics]), "{t}");
+        }
+        for t in ["prometheus", "prometheusremotewrite"] {
+            let f = reg.exporter(t).map(|f| f.signals().to_vec());
+            assert_eq!(f, Some(vec![inferwatch_core::Signal::Metrics]), "{t}");
         }
     }
 }
