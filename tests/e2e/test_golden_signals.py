@@ -195,3 +195,9 @@ def test_dashboard_json_is_importable_and_its_queries_parse(tmp_path):
     r = subprocess.run([promtool, "check", "rules", str(f)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{len(exprs)} rules found" in r.stdout + r.stderr
+
+
+def test_deploy_pipeline_example_is_valid(run_cli):
+    r = run_cli("validate", "--config", str(REPO / "deploy" / "pipelines" / "vllm-agent.yaml"))
+    assert r.returncode == 0, r.stderr
+    assert "3 pipelines" in r.stdout
