@@ -2,6 +2,7 @@
 //! `llm_signals` connectors.
 
 pub mod batch;
+pub mod detect;
 pub mod forward;
 pub mod llm_signals;
 pub mod memory_limiter;
