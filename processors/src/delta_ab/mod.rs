@@ -1,0 +1,526 @@
+//! Processor `delta_ab`: the Delta-Metric between a baseline and a candidate version (spec §3).
+//!
+//! Reads the number points of one metric, splits them by version (point attribute
+//! `version_attribute`, else the resource attribute) and by group (`group_by`), and per
+//! event-time tumbling window compares a statistic of the candidate against the baseline: Δ
+//! (ms for latency, relative otherwise), sample sizes, a deterministic bootstrap confidence
+//! interval, and a verdict (steady / inconclusive / regression). When points carry a request id
+//! on both versions (mirrored traffic) the comparison is paired. Output at each window's end:
+//! `llm.anomaly.score` = Δ and `llm.anomaly.level`. Semantics: docs/detectors/delta_ab.md.
+
+pub mod rows;
+pub mod state;
+pub mod stats;
+pub mod verdict;
+
+use crate::detect::{Output, kv_f64, kv_i64, kv_str};
+use arrow_array::RecordBatch;
+use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, schema};
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, NodeRef, ProcessorFactory, parse_config};
+use inferwatch_core::consumer::ConsumerRef;
+use inferwatch_core::pdata::Signal;
+use inferwatch_core::settings::GoDuration;
+use inferwatch_core::state::StateError;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use prometheus_client::metrics::counter::Counter;
+use rows::Rows;
+use serde::Deserialize;
+use state::{Meta, Params, State, Which, Window};
+use stats::{Bootstrap, Estimate, Kind, Sample, Statistic, window_seed};
+use std::collections::HashMap;
+use std::time::Duration;
+use verdict::{Rule, Verdict};
+
+/// Version of the checkpoint format written by [`DeltaAb`].
+pub const STATE_VERSION: u32 = 1;
+/// The `detector` attribute of the output.
+pub const DETECTOR: &str = "delta_ab";
+
+/// Thresholds on Δ, one per kind (spec §3).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Thresholds {
+    /// Latency: Δ of the statistic in ms beyond which B is worse (default 5; ≥ 0).
+    pub latency_ms: f64,
+    /// Throughput: relative Δ below which B is worse (default −0.08; ≤ 0).
+    pub throughput_rel: f64,
+    /// Quality: relative Δ below which B is worse (default −0.003; ≤ 0).
+    pub quality_rel: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds { latency_ms: 5.0, throughput_rel: -0.08, quality_rel: -0.003 }
+    }
+}
+
+/// Settings of `delta_ab`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeltaAbConfig {
+    /// Metric compared (exact name; required).
+    pub metric: String,
+    /// Attribute naming the version: the point attribute, else the resource attribute (default service.version).
+    pub version_attribute: String,
+    /// Baseline version A (required).
+    pub baseline: String,
+    /// Candidate version B (required, not the baseline).
+    pub candidate: String,
+    /// Statistic compared: p50, p95, p99 or mean (default p95).
+    pub statistic: Statistic,
+    /// What the metric is: latency (seconds; Δ in ms), throughput or quality (default latency).
+    pub kind: Kind,
+    /// Window length (default 10m; > 0); tumbling, epoch-aligned, event time.
+    pub window: GoDuration,
+    /// Fewest samples (pairs when paired) per version for a verdict other than inconclusive (default 30; ≥ 2).
+    pub min_samples: usize,
+    /// Confidence level of the interval (default 0.95; in (0, 1)).
+    pub confidence: f64,
+    /// Bootstrap resamples (default 500; 10..=100000).
+    pub resamples: usize,
+    /// Thresholds on Δ per kind.
+    pub thresholds: Thresholds,
+    /// Attributes whose values form a group (point attribute, else resource attribute; default gen_ai.request.model).
+    pub group_by: Vec<String>,
+    /// Point attribute pairing the two versions' points (mirrored traffic; default gen_ai.request.id; "" = never pair).
+    pub request_id_attribute: String,
+    /// A warning (level 0.6) also needs the interval to exclude "no change" on the bad side (default true).
+    pub warning_needs_significance: bool,
+    /// Most values kept per version and window; beyond, a uniform reservoir (default 10000; ≥ min_samples).
+    pub max_samples: usize,
+    /// How late a point may arrive and still count (default 0s).
+    pub allowed_lateness: GoDuration,
+    /// Most groups held; beyond it the least recently seen 10 % are evicted (default 1000).
+    pub max_series: usize,
+    /// Event time without a point after which a group is forgotten (default 1h).
+    pub idle_timeout: GoDuration,
+}
+
+impl Default for DeltaAbConfig {
+    fn default() -> Self {
+        DeltaAbConfig {
+            metric: String::new(),
+            version_attribute: schema::SERVICE_VERSION.into(),
+            baseline: String::new(),
+            candidate: String::new(),
+            statistic: Statistic::P95,
+            kind: Kind::Latency,
+            window: GoDuration(Duration::from_secs(600)),
+            min_samples: 30,
+            confidence: 0.95,
+            resamples: 500,
+            thresholds: Thresholds::default(),
+            group_by: vec!["gen_ai.request.model".into()],
+            request_id_attribute: "gen_ai.request.id".into(),
+            warning_needs_significance: true,
+            max_samples: 10_000,
+            allowed_lateness: GoDuration(Duration::ZERO),
+            max_series: 1000,
+            idle_timeout: GoDuration(Duration::from_secs(3600)),
+        }
+    }
+}
+
+fn nanos(key: &str, d: &GoDuration) -> Result<u64, FieldError> {
+    u64::try_from(d.0.as_nanos()).map_err(|_| FieldError::at(key, format!("{d} is too long (at most ~584 years)")))
+}
+
+/// A checked configuration in the units the processor uses.
+#[derive(Debug, Clone)]
+struct Checked {
+    params: Params,
+    lateness_ns: u64,
+    metric: String,
+    version_attribute: String,
+    baseline: String,
+    candidate: String,
+    group_by: Vec<String>,
+    request_id_attribute: String,
+    min_samples: usize,
+    boot: Bootstrap,
+    rule: Rule,
+}
+
+impl DeltaAbConfig {
+    fn check(&self) -> Result<Checked, FieldError> {
+        for (key, v) in [
+            ("metric", &self.metric),
+            ("baseline", &self.baseline),
+            ("candidate", &self.candidate),
+            ("version_attribute", &self.version_attribute),
+        ] {
+            if v.is_empty() {
+                return Err(FieldError::at(key, "is required"));
+            }
+        }
+        if self.candidate == self.baseline {
+            return Err(FieldError::at("candidate", "must differ from baseline"));
+        }
+        let window_ns = nanos("window", &self.window)?;
+        if window_ns == 0 {
+            return Err(FieldError::at("window", "must be greater than 0"));
+        }
+        if self.min_samples < 2 {
+            return Err(FieldError::at("min_samples", "must be at least 2"));
+        }
+        if !(self.confidence.is_finite() && self.confidence > 0.0 && self.confidence < 1.0) {
+            return Err(FieldError::at("confidence", format!("must be in (0, 1), got {}", self.confidence)));
+        }
+        if !(10..=100_000).contains(&self.resamples) {
+            return Err(FieldError::at("resamples", "must be between 10 and 100000"));
+        }
+        let t = &self.thresholds;
+        if !(t.latency_ms.is_finite() && t.latency_ms >= 0.0) {
+            return Err(FieldError::at("thresholds.latency_ms", "must be a finite number ≥ 0"));
+        }
+        if !(t.throughput_rel.is_finite() && t.throughput_rel <= 0.0) {
+            return Err(FieldError::at("thresholds.throughput_rel", "must be a finite number ≤ 0"));
+        }
+        if !(t.quality_rel.is_finite() && t.quality_rel <= 0.0) {
+            return Err(FieldError::at("thresholds.quality_rel", "must be a finite number ≤ 0"));
+        }
+        if let Some(i) = self.group_by.iter().position(String::is_empty) {
+            return Err(FieldError {
+                path: vec![
+                    inferwatch_core::component::PathSeg::Key("group_by".into()),
+                    inferwatch_core::component::PathSeg::Index(i),
+                ],
+                message: "attribute names must not be empty".into(),
+            });
+        }
+        if self.max_samples < self.min_samples {
+            return Err(FieldError::at("max_samples", "must be at least min_samples"));
+        }
+        if self.max_series == 0 {
+            return Err(FieldError::at("max_series", "must be at least 1"));
+        }
+        let threshold = match self.kind {
+            Kind::Latency => t.latency_ms,
+            Kind::Throughput => t.throughput_rel,
+            Kind::Quality => t.quality_rel,
+        };
+        Ok(Checked {
+            params: Params {
+                window_ns,
+                idle_ns: nanos("idle_timeout", &self.idle_timeout)?,
+                max_series: self.max_series,
+                max_samples: self.max_samples,
+            },
+            lateness_ns: nanos("allowed_lateness", &self.allowed_lateness)?,
+            metric: self.metric.clone(),
+            version_attribute: self.version_attribute.clone(),
+            baseline: self.baseline.clone(),
+            candidate: self.candidate.clone(),
+            group_by: self.group_by.clone(),
+            request_id_attribute: self.request_id_attribute.clone(),
+            min_samples: self.min_samples,
+            boot: Bootstrap {
+                statistic: self.statistic,
+                kind: self.kind,
+                resamples: self.resamples,
+                confidence: self.confidence,
+            },
+            rule: Rule {
+                threshold,
+                higher_is_worse: self.kind.higher_is_worse(),
+                warning_needs_significance: self.warning_needs_significance,
+            },
+        })
+    }
+}
+
+/// Factory of `delta_ab`.
+pub struct DeltaAbFactory;
+
+impl ProcessorFactory for DeltaAbFactory {
+    fn type_name(&self) -> &'static str {
+        "delta_ab"
+    }
+    fn signals(&self) -> &'static [Signal] {
+        &[Signal::Metrics]
+    }
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        self.validate_arrow(cfg)
+    }
+    fn create(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+        next: ConsumerRef,
+    ) -> Result<NodeRef, ComponentError> {
+        inferwatch_core::arrow::stage::build_single(ctx, self, cfg, signal, next)
+    }
+    fn arrow(&self) -> Option<&dyn ArrowProcessorFactory> {
+        Some(self)
+    }
+}
+
+impl ArrowProcessorFactory for DeltaAbFactory {
+    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        parse_config::<DeltaAbConfig>(cfg)?.check().map(|_| ())
+    }
+    fn create_arrow(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+    ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
+        if signal != Signal::Metrics {
+            return Err(ComponentError::Start(format!("delta_ab reads metrics, not {}", signal.as_str())));
+        }
+        let checked = parse_config::<DeltaAbConfig>(cfg)?.check()?;
+        Ok(Box::new(DeltaAb::new(checked, &ctx)))
+    }
+}
+
+/// The running processor.
+pub struct DeltaAb {
+    cfg: Checked,
+    state: State,
+    name: String,
+    evicted_idle: Counter,
+    evicted_max: Counter,
+}
+
+/// The comparison of one closed window of one group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    /// Points of the baseline in the window.
+    pub n_baseline: u64,
+    /// Points of the candidate in the window.
+    pub n_candidate: u64,
+    /// Pairs compared (0 when compared by window).
+    pub n_pairs: usize,
+    /// Δ with its interval (none when a side is empty).
+    pub estimate: Option<Estimate>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The anomaly level in [0, 1].
+    pub level: f64,
+}
+
+/// Pairs of (baseline, candidate) values sharing a request id, sorted by id (first occurrence on
+/// each side; points without an id are not paired).
+fn pairs(w: &Window) -> (Vec<f64>, Vec<f64>) {
+    let mut a_by_id: HashMap<u64, f64> = HashMap::with_capacity(w.a.ids.len());
+    for (&id, &v) in w.a.ids.iter().zip(&w.a.values) {
+        if id != 0 {
+            a_by_id.entry(id).or_insert(v);
+        }
+    }
+    let mut matched: Vec<(u64, f64, f64)> = Vec::new();
+    for (&id, &v) in w.b.ids.iter().zip(&w.b.values) {
+        if id != 0
+            && let Some(a) = a_by_id.remove(&id)
+        {
+            matched.push((id, a, v));
+        }
+    }
+    matched.sort_unstable_by_key(|x| x.0);
+    matched.into_iter().map(|(_, a, b)| (a, b)).unzip()
+}
+
+fn sorted(values: &[f64]) -> Vec<f64> {
+    let mut v = values.to_vec();
+    v.sort_unstable_by(f64::total_cmp);
+    v
+}
+
+impl Checked {
+    /// Compares the two versions in closed window `w` of group `key`.
+    fn compare(&self, key: &[String], w: &Window) -> Comparison {
+        let seed = window_seed(key, w.start);
+        let (pa, pb) = if self.request_id_attribute.is_empty() { (Vec::new(), Vec::new()) } else { pairs(w) };
+        let paired = pa.len() >= self.min_samples;
+        let (estimate, enough) = if paired {
+            (self.boot.estimate(Sample::Paired { a: &pa, b: &pb }, seed), true)
+        } else {
+            // Sorted, so that the result does not depend on the order the points arrived in.
+            let (a, b) = (sorted(&w.a.values), sorted(&w.b.values));
+            let enough = w.a.seen >= self.min_samples as u64 && w.b.seen >= self.min_samples as u64;
+            (self.boot.estimate(Sample::Unpaired { a: &a, b: &b }, seed), enough)
+        };
+        let (verdict, level) = match &estimate {
+            Some(e) => self.rule.assess(enough, e.delta, e.ci_low, e.ci_high),
+            None => (Verdict::Inconclusive, 0.0),
+        };
+        Comparison {
+            n_baseline: w.a.seen,
+            n_candidate: w.b.seen,
+            n_pairs: if paired { pa.len() } else { 0 },
+            estimate,
+            verdict,
+            level,
+        }
+    }
+
+    /// The evidence attributes of a comparison.
+    fn evidence(&self, c: &Comparison) -> Vec<KeyValue> {
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let mut ev = vec![
+            kv_str("delta_ab.baseline", self.baseline.clone()),
+            kv_str("delta_ab.candidate", self.candidate.clone()),
+            kv_i64("delta_ab.n_baseline", count(c.n_baseline)),
+            kv_i64("delta_ab.n_candidate", count(c.n_candidate)),
+            kv_i64("delta_ab.n_pairs", count(c.n_pairs as u64)),
+            kv_str("delta_ab.mode", if c.n_pairs > 0 { "paired" } else { "window" }),
+            kv_str("delta_ab.statistic", self.boot.statistic.name()),
+            kv_str("delta_ab.kind", self.boot.kind.name()),
+        ];
+        if let Some(e) = &c.estimate {
+            ev.extend([
+                kv_f64("delta_ab.value_baseline", e.a),
+                kv_f64("delta_ab.value_candidate", e.b),
+                kv_f64("delta_ab.delta_rel", e.delta_rel),
+                kv_f64("delta_ab.ci_low", e.ci_low),
+                kv_f64("delta_ab.ci_high", e.ci_high),
+            ]);
+        }
+        ev.extend([
+            kv_f64("delta_ab.confidence", self.boot.confidence),
+            kv_str("delta_ab.verdict", c.verdict.as_str()),
+            kv_f64("delta_ab.threshold", self.rule.threshold),
+            kv_f64("delta_ab.window_s", self.params.window_ns as f64 / 1e9),
+        ]);
+        ev
+    }
+}
+
+impl DeltaAb {
+    fn new(cfg: Checked, ctx: &CreateContext) -> Self {
+        DeltaAb {
+            state: State::new(cfg.params),
+            cfg,
+            name: ctx.id.to_string(),
+            evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
+            evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
+        }
+    }
+
+    fn corrupt(&self, message: impl std::fmt::Display) -> StateError {
+        StateError::Corrupt { key: self.name.clone(), message: message.to_string() }
+    }
+}
+
+/// A request id as a non-zero 64-bit hash.
+fn id_hash(id: &str) -> u64 {
+    stats::splitmix64(stats::fnv1a(stats::FNV_OFFSET, id.as_bytes())).max(1)
+}
+
+impl ArrowProcessor for DeltaAb {
+    fn needs(&self) -> Needs {
+        Needs {
+            signal: Signal::Metrics,
+            columns: vec![
+                schema::RESOURCE_INDEX,
+                schema::SCOPE_INDEX,
+                schema::METRIC_NAME,
+                schema::KIND,
+                schema::VALUE,
+                schema::TIME,
+                schema::SERVICE_NAME,
+                schema::SERVICE_VERSION,
+                schema::SERVICE_INSTANCE_ID,
+                schema::RESOURCE_ATTRIBUTES,
+                schema::SCOPE_NAME,
+                schema::SCOPE_VERSION,
+                schema::SCOPE_ATTRIBUTES,
+                schema::ATTRIBUTES,
+            ],
+        }
+    }
+
+    fn allowed_lateness_ns(&self) -> u64 {
+        self.cfg.lateness_ns
+    }
+
+    fn process(&mut self, batch: &RecordBatch, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        let mut rows = Rows::new(batch)?;
+        let cfg = &self.cfg;
+        let mut evicted = 0usize;
+        for row in 0..rows.len() {
+            let Some(p) = rows.number(row) else { continue };
+            if p.name != cfg.metric {
+                continue;
+            }
+            let attrs = rows.attributes(row)?;
+            let Some(version) = rows::lookup(&mut rows, row, &attrs, &cfg.version_attribute)? else { continue };
+            let which = if version == cfg.candidate {
+                Which::Candidate
+            } else if version == cfg.baseline {
+                Which::Baseline
+            } else {
+                continue;
+            };
+            let mut key = Vec::with_capacity(cfg.group_by.len());
+            for g in &cfg.group_by {
+                key.push(rows::lookup(&mut rows, row, &attrs, g)?.unwrap_or_default());
+            }
+            let id = if cfg.request_id_attribute.is_empty() {
+                0
+            } else {
+                rows::point_string(&attrs, &cfg.request_id_attribute)
+                    .filter(|s| !s.is_empty())
+                    .map_or(0, |s| id_hash(&s))
+            };
+            let added = self.state.add(&key, p.time, p.value, which, id, || {
+                let resource = rows.resource(row)?.clone();
+                let scope = rows.scope(row)?.clone();
+                Ok::<_, ConvError>((resource, scope))
+            })?;
+            if let Ok(n) = added {
+                evicted += n;
+            }
+        }
+        if evicted > 0 {
+            self.evicted_max.inc_by(evicted as u64);
+            tracing::debug!(processor = %self.name, evicted, "delta_ab: groups evicted at max_series");
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, watermark_ns: u64, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        let cfg = &self.cfg;
+        let mut output = Output::new();
+        let idle = self.state.close_until(watermark_ns, |key, meta: &Meta, w| {
+            let c = cfg.compare(key, w);
+            let attrs: Vec<KeyValue> = cfg.group_by.iter().zip(key).map(|(k, v)| kv_str(k, v.clone())).collect();
+            let score = c.estimate.as_ref().map_or(0.0, |e| e.delta);
+            output.score(
+                &meta.resource,
+                &meta.scope,
+                &attrs,
+                w.end,
+                DETECTOR,
+                &cfg.metric,
+                score,
+                c.level,
+                &cfg.evidence(&c),
+            );
+        });
+        if idle > 0 {
+            self.evicted_idle.inc_by(idle as u64);
+        }
+        output.emit(out)
+    }
+
+    fn state_version(&self) -> u32 {
+        STATE_VERSION
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, StateError> {
+        self.state.snapshot().map_err(|e| self.corrupt(format!("cannot serialize delta_ab state: {e}")))
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let mut fresh = State::new(self.cfg.params);
+        fresh.restore(bytes).map_err(|e| self.corrupt(format!("delta_ab state: {e}")))?;
+        self.state = fresh;
+        Ok(())
+    }
+
+    fn series_count(&self) -> usize {
+        self.state.series_count()
+    }
+}

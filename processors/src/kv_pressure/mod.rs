@@ -1,0 +1,418 @@
+//! Processor `kv_pressure`: KV-cache pressure and fragmentation per (model, version, instance)
+//! (spec §6).
+//!
+//! Reads the KV-cache usage, preemption rate, prefix-cache hit rate and queue p99 signals (as
+//! `llm_signals` emits them), and the fragmentation index KVF where the allocator state is known
+//! (a KVF gauge, or the free runs of the block pool). On each input point it evaluates the
+//! conditions on the group's latest fresh values and emits `llm.anomaly.score` (weighted sum of
+//! the conditions) and `llm.anomaly.level` at the point's timestamp. Semantics:
+//! docs/detectors/kv_pressure.md.
+
+pub mod alloc;
+pub mod assess;
+pub mod state;
+
+use crate::delta_ab::rows::{self, Rows};
+use crate::detect::{Output, kv_f64, kv_i64, kv_str};
+use arrow_array::RecordBatch;
+use assess::{Flags, Input, Thresholds};
+use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, schema};
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, NodeRef, ProcessorFactory, parse_config};
+use inferwatch_core::consumer::ConsumerRef;
+use inferwatch_core::pdata::Signal;
+use inferwatch_core::settings::GoDuration;
+use inferwatch_core::state::StateError;
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prometheus_client::metrics::counter::Counter;
+use serde::Deserialize;
+use state::{FreeSpace, Group, GroupKey, MODEL_ATTRIBUTE, Params, State};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Version of the checkpoint format written by [`KvPressure`].
+pub const STATE_VERSION: u32 = 1;
+/// The `detector` attribute of the output.
+pub const DETECTOR: &str = "kv_pressure";
+
+/// Settings of `kv_pressure`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KvPressureConfig {
+    /// KV-cache usage fraction (default llm.kv_cache.usage).
+    pub usage_metric: String,
+    /// Preemptions per second (default llm.preemption.rate).
+    pub preemption_metric: String,
+    /// Prefix-cache hit rate (default llm.prefix_cache.hit_rate).
+    pub hit_rate_metric: String,
+    /// Queue time p99 in seconds (default llm.queue.p99).
+    pub queue_p99_metric: String,
+    /// Fragmentation index KVF, optional (default llm.kv_cache.fragmentation; "" = none).
+    pub kvf_metric: String,
+    /// Lengths of the free runs of the block pool, one point per run, optional (default llm.kv_cache.free_runs; "" = none).
+    pub free_runs_metric: String,
+    /// Thresholds of the conditions.
+    pub thresholds: Thresholds,
+    /// The `metric` attribute of every output ("" = the input's name, the default; a fixed name
+    /// gives one alert per group instead of one per input, the input then in `kv_pressure.input`).
+    pub output_metric: String,
+    /// Age after which an input's latest value no longer counts (default 5m; > 0).
+    pub stale_after: GoDuration,
+    /// How late a point may arrive and still count (default 0s).
+    pub allowed_lateness: GoDuration,
+    /// Most groups held; beyond it the least recently seen 10 % are evicted (default 1000).
+    pub max_series: usize,
+    /// Event time without input after which a group is forgotten (default 10m).
+    pub idle_timeout: GoDuration,
+}
+
+impl Default for KvPressureConfig {
+    fn default() -> Self {
+        KvPressureConfig {
+            usage_metric: "llm.kv_cache.usage".into(),
+            preemption_metric: "llm.preemption.rate".into(),
+            hit_rate_metric: "llm.prefix_cache.hit_rate".into(),
+            queue_p99_metric: "llm.queue.p99".into(),
+            kvf_metric: "llm.kv_cache.fragmentation".into(),
+            free_runs_metric: "llm.kv_cache.free_runs".into(),
+            thresholds: Thresholds::default(),
+            output_metric: String::new(),
+            stale_after: GoDuration(Duration::from_secs(300)),
+            allowed_lateness: GoDuration(Duration::ZERO),
+            max_series: 1000,
+            idle_timeout: GoDuration(Duration::from_secs(600)),
+        }
+    }
+}
+
+fn nanos(key: &str, d: &GoDuration) -> Result<u64, FieldError> {
+    u64::try_from(d.0.as_nanos()).map_err(|_| FieldError::at(key, format!("{d} is too long (at most ~584 years)")))
+}
+
+/// What a metric name is to this processor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// One of the value inputs.
+    Value(Input),
+    /// One free run of the block pool.
+    FreeRun,
+}
+
+/// A checked configuration in the units the processor uses.
+#[derive(Debug, Clone)]
+struct Checked {
+    params: Params,
+    lateness_ns: u64,
+    stale_ns: u64,
+    thresholds: Thresholds,
+    roles: BTreeMap<String, Role>,
+    output_metric: String,
+}
+
+impl KvPressureConfig {
+    fn check(&self) -> Result<Checked, FieldError> {
+        let mut roles = BTreeMap::new();
+        for (key, name, role, required) in [
+            ("usage_metric", &self.usage_metric, Role::Value(Input::Usage), true),
+            ("preemption_metric", &self.preemption_metric, Role::Value(Input::PreemptionRate), true),
+            ("hit_rate_metric", &self.hit_rate_metric, Role::Value(Input::HitRate), true),
+            ("queue_p99_metric", &self.queue_p99_metric, Role::Value(Input::QueueP99), true),
+            ("kvf_metric", &self.kvf_metric, Role::Value(Input::Kvf), false),
+            ("free_runs_metric", &self.free_runs_metric, Role::FreeRun, false),
+        ] {
+            if name.is_empty() {
+                if required {
+                    return Err(FieldError::at(key, "must name a metric"));
+                }
+                continue;
+            }
+            if roles.insert(name.clone(), role).is_some() {
+                return Err(FieldError::at(key, format!("{name} is already another input")));
+            }
+        }
+        let t = &self.thresholds;
+        let in_unit = |v: f64| v.is_finite() && (0.0..=1.0).contains(&v);
+        let non_negative = |v: f64| v.is_finite() && v >= 0.0;
+        for (key, ok) in [
+            ("thresholds.usage", in_unit(t.usage)),
+            ("thresholds.hit_rate", in_unit(t.hit_rate)),
+            ("thresholds.queue_p99_s", non_negative(t.queue_p99_s)),
+            ("thresholds.preemption_rate", non_negative(t.preemption_rate)),
+            ("thresholds.kvf", in_unit(t.kvf)),
+        ] {
+            if !ok {
+                return Err(FieldError::at(key, "out of range (fractions in [0, 1], others finite and ≥ 0)"));
+            }
+        }
+        let stale_ns = nanos("stale_after", &self.stale_after)?;
+        if stale_ns == 0 {
+            return Err(FieldError::at("stale_after", "must be greater than 0"));
+        }
+        if self.max_series == 0 {
+            return Err(FieldError::at("max_series", "must be at least 1"));
+        }
+        Ok(Checked {
+            params: Params { max_series: self.max_series, idle_ns: nanos("idle_timeout", &self.idle_timeout)? },
+            lateness_ns: nanos("allowed_lateness", &self.allowed_lateness)?,
+            stale_ns,
+            thresholds: self.thresholds,
+            roles,
+            output_metric: self.output_metric.clone(),
+        })
+    }
+}
+
+/// Factory of `kv_pressure`.
+pub struct KvPressureFactory;
+
+impl ProcessorFactory for KvPressureFactory {
+    fn type_name(&self) -> &'static str {
+        "kv_pressure"
+    }
+    fn signals(&self) -> &'static [Signal] {
+        &[Signal::Metrics]
+    }
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        self.validate_arrow(cfg)
+    }
+    fn create(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+        next: ConsumerRef,
+    ) -> Result<NodeRef, ComponentError> {
+        inferwatch_core::arrow::stage::build_single(ctx, self, cfg, signal, next)
+    }
+    fn arrow(&self) -> Option<&dyn ArrowProcessorFactory> {
+        Some(self)
+    }
+}
+
+impl ArrowProcessorFactory for KvPressureFactory {
+    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        parse_config::<KvPressureConfig>(cfg)?.check().map(|_| ())
+    }
+    fn create_arrow(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+    ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
+        if signal != Signal::Metrics {
+            return Err(ComponentError::Start(format!("kv_pressure reads metrics, not {}", signal.as_str())));
+        }
+        let checked = parse_config::<KvPressureConfig>(cfg)?.check()?;
+        Ok(Box::new(KvPressure::new(checked, &ctx)))
+    }
+}
+
+/// The running processor.
+pub struct KvPressure {
+    cfg: Checked,
+    state: State,
+    name: String,
+    evicted_idle: Counter,
+    evicted_max: Counter,
+}
+
+/// The free runs of one group at one time, collected over a batch.
+struct PendingRuns {
+    runs: Vec<u64>,
+    resource: Resource,
+    scope: InstrumentationScope,
+}
+
+/// The group of a row: model (point `gen_ai.request.model`, point `model_name`, resource
+/// `gen_ai.request.model`), version and instance (point attribute, else resource attribute).
+fn group_of(rows: &mut Rows<'_>, row: usize, attrs: &[KeyValue]) -> Result<GroupKey, ConvError> {
+    let model = match rows::point_string(attrs, MODEL_ATTRIBUTE).or_else(|| rows::point_string(attrs, "model_name")) {
+        Some(m) => m,
+        None => rows::lookup(rows, row, &[], MODEL_ATTRIBUTE)?.unwrap_or_default(),
+    };
+    Ok(GroupKey {
+        model,
+        version: rows::lookup(rows, row, attrs, schema::SERVICE_VERSION)?.unwrap_or_default(),
+        instance: rows::lookup(rows, row, attrs, schema::SERVICE_INSTANCE_ID)?.unwrap_or_default(),
+    })
+}
+
+/// The input attributes of an output: the point's own, then the group's where the point lacks them.
+fn with_group(mut attrs: Vec<KeyValue>, key: &GroupKey) -> Vec<KeyValue> {
+    for kv in key.attributes() {
+        if !attrs.iter().any(|a| a.key == kv.key) {
+            attrs.push(kv);
+        }
+    }
+    attrs
+}
+
+impl Checked {
+    /// The `metric` attribute of an output for input `name`.
+    fn metric<'a>(&'a self, name: &'a str) -> &'a str {
+        if self.output_metric.is_empty() { name } else { &self.output_metric }
+    }
+
+    /// Score, level and evidence of group `g` at `now`, for a point of input metric `input`.
+    fn evaluate(&self, g: &Group, now: u64, input: &str) -> (f64, f64, Vec<KeyValue>) {
+        let inputs = g.fresh(now, self.stale_ns);
+        let flags = Flags::of(&inputs, &self.thresholds);
+        let mut evidence: Vec<KeyValue> =
+            Input::ALL.iter().filter_map(|&i| inputs.get(i).map(|v| kv_f64(i.evidence_key(), v))).collect();
+        if let Some(f) = g.free.filter(|f| f.time.saturating_add(self.stale_ns) >= now) {
+            let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            evidence.push(kv_i64("kv_pressure.free_blocks", count(f.free_blocks)));
+            evidence.push(kv_i64("kv_pressure.largest_free_run", count(f.largest_run)));
+        }
+        evidence.push(kv_str("kv_pressure.flags", flags.names()));
+        if !self.output_metric.is_empty() {
+            evidence.push(kv_str("kv_pressure.input", input));
+        }
+        (flags.score(), flags.level(), evidence)
+    }
+}
+
+impl KvPressure {
+    fn new(cfg: Checked, ctx: &CreateContext) -> Self {
+        KvPressure {
+            state: State::new(cfg.params),
+            cfg,
+            name: ctx.id.to_string(),
+            evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
+            evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
+        }
+    }
+
+    fn corrupt(&self, message: impl std::fmt::Display) -> StateError {
+        StateError::Corrupt { key: self.name.clone(), message: message.to_string() }
+    }
+}
+
+impl ArrowProcessor for KvPressure {
+    fn needs(&self) -> Needs {
+        Needs {
+            signal: Signal::Metrics,
+            columns: vec![
+                schema::RESOURCE_INDEX,
+                schema::SCOPE_INDEX,
+                schema::METRIC_NAME,
+                schema::KIND,
+                schema::VALUE,
+                schema::TIME,
+                schema::SERVICE_NAME,
+                schema::SERVICE_VERSION,
+                schema::SERVICE_INSTANCE_ID,
+                schema::RESOURCE_ATTRIBUTES,
+                schema::SCOPE_NAME,
+                schema::SCOPE_VERSION,
+                schema::SCOPE_ATTRIBUTES,
+                schema::ATTRIBUTES,
+            ],
+        }
+    }
+
+    fn allowed_lateness_ns(&self) -> u64 {
+        self.cfg.lateness_ns
+    }
+
+    fn process(&mut self, batch: &RecordBatch, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        let mut rows = Rows::new(batch)?;
+        let cfg = &self.cfg;
+        let mut output = Output::new();
+        let mut evicted = 0usize;
+        let mut runs: BTreeMap<(GroupKey, u64), PendingRuns> = BTreeMap::new();
+        for row in 0..rows.len() {
+            let Some(p) = rows.number(row) else { continue };
+            let Some(&role) = cfg.roles.get(p.name) else { continue };
+            let attrs = rows.attributes(row)?;
+            let key = group_of(&mut rows, row, &attrs)?;
+            let input = match role {
+                Role::Value(input) => input,
+                Role::FreeRun => {
+                    if p.value >= 0.0 {
+                        let pending = match runs.entry((key, p.time)) {
+                            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                            std::collections::btree_map::Entry::Vacant(e) => e.insert(PendingRuns {
+                                runs: Vec::new(),
+                                resource: rows.resource(row)?.clone(),
+                                scope: rows.scope(row)?.clone(),
+                            }),
+                        };
+                        pending.runs.push(p.value.round() as u64);
+                    }
+                    continue;
+                }
+            };
+            let (n, group) = self.state.touch(&key, p.time);
+            evicted += n;
+            let Some(group) = group else { continue };
+            group.set(input, p.time, p.value);
+            let (score, level, evidence) = cfg.evaluate(group, p.time, p.name);
+            let resource = rows.resource(row)?.clone();
+            let scope = rows.scope(row)?;
+            let attrs = with_group(attrs, &key);
+            output.score(&resource, scope, &attrs, p.time, DETECTOR, cfg.metric(p.name), score, level, &evidence);
+        }
+        let free_runs_metric = cfg.roles.iter().find(|(_, r)| **r == Role::FreeRun).map(|(n, _)| n.as_str());
+        for ((key, time), pending) in runs {
+            let (n, group) = self.state.touch(&key, time);
+            evicted += n;
+            let Some(group) = group else { continue };
+            group.set(Input::Kvf, time, alloc::kvf(&pending.runs));
+            if group.free.is_none_or(|f| f.time <= time) {
+                group.free = Some(FreeSpace {
+                    time,
+                    free_blocks: pending.runs.iter().fold(0u64, |s, &r| s.saturating_add(r)),
+                    largest_run: pending.runs.iter().copied().max().unwrap_or(0),
+                });
+            }
+            let input = free_runs_metric.unwrap_or_default();
+            let (score, level, evidence) = cfg.evaluate(group, time, input);
+            let metric = cfg.metric(input);
+            output.score(
+                &pending.resource,
+                &pending.scope,
+                &key.attributes(),
+                time,
+                DETECTOR,
+                metric,
+                score,
+                level,
+                &evidence,
+            );
+        }
+        if evicted > 0 {
+            self.evicted_max.inc_by(evicted as u64);
+            tracing::debug!(processor = %self.name, evicted, "kv_pressure: groups evicted at max_series");
+        }
+        output.emit(out)
+    }
+
+    fn advance(&mut self, watermark_ns: u64, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        let idle = self.state.expire(watermark_ns);
+        if idle > 0 {
+            self.evicted_idle.inc_by(idle as u64);
+            tracing::debug!(processor = %self.name, idle, "kv_pressure: forgot idle groups");
+        }
+        Ok(())
+    }
+
+    fn state_version(&self) -> u32 {
+        STATE_VERSION
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, StateError> {
+        self.state.snapshot().map_err(|e| self.corrupt(format!("cannot serialize kv_pressure state: {e}")))
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let mut fresh = State::new(self.cfg.params);
+        fresh.restore(bytes).map_err(|e| self.corrupt(format!("kv_pressure state: {e}")))?;
+        self.state = fresh;
+        Ok(())
+    }
+
+    fn series_count(&self) -> usize {
+        self.state.series_count()
+    }
+}

@@ -1,0 +1,226 @@
+//! The state of `kv_pressure`: per (model, version, instance) group, the latest value of each
+//! input, eviction, and the checkpoint form.
+
+use super::assess::{Input, Inputs};
+use crate::detect::kv_str;
+use inferwatch_core::arrow::schema;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Point attribute naming the model (as `llm_signals` writes it).
+pub const MODEL_ATTRIBUTE: &str = "gen_ai.request.model";
+
+/// A (model, version, instance) group.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GroupKey {
+    /// Model (`gen_ai.request.model`).
+    pub model: String,
+    /// Version (`service.version`).
+    pub version: String,
+    /// Instance (`service.instance.id`).
+    pub instance: String,
+}
+
+impl GroupKey {
+    /// The group as point attributes.
+    pub fn attributes(&self) -> Vec<KeyValue> {
+        vec![
+            kv_str(MODEL_ATTRIBUTE, self.model.clone()),
+            kv_str(schema::SERVICE_VERSION, self.version.clone()),
+            kv_str(schema::SERVICE_INSTANCE_ID, self.instance.clone()),
+        ]
+    }
+}
+
+/// The latest value of one input.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Latest {
+    /// Its event time, ns.
+    pub time: u64,
+    /// The value.
+    pub value: f64,
+}
+
+/// The free space of the block pool, when it came as free runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreeSpace {
+    /// Event time of the snapshot, ns.
+    pub time: u64,
+    /// Free blocks (sum of the runs).
+    pub free_blocks: u64,
+    /// Largest run of free blocks.
+    pub largest_run: u64,
+}
+
+/// What is known of one group.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Group {
+    /// Latest value per input, indexed by [`Input::index`].
+    pub latest: [Option<Latest>; 5],
+    /// Latest free-runs snapshot.
+    pub free: Option<FreeSpace>,
+    last_point: u64,
+    last_seen: u64,
+}
+
+impl Group {
+    /// Records `value` of `input` at `time` unless a later value is already known.
+    pub fn set(&mut self, input: Input, time: u64, value: f64) {
+        let slot = &mut self.latest[input.index()];
+        if slot.is_none_or(|l| l.time <= time) {
+            *slot = Some(Latest { time, value });
+        }
+    }
+
+    /// The values still fresh at `now`: not older than `stale_ns`.
+    pub fn fresh(&self, now: u64, stale_ns: u64) -> Inputs {
+        let mut inputs = Inputs::default();
+        for (slot, latest) in inputs.values.iter_mut().zip(&self.latest) {
+            *slot = latest.filter(|l| l.time.saturating_add(stale_ns) >= now).map(|l| l.value);
+        }
+        inputs
+    }
+}
+
+/// Parameters of the state (from the configuration; not checkpointed).
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    /// Most groups held.
+    pub max_series: usize,
+    /// Event time without input after which a group is forgotten, ns.
+    pub idle_ns: u64,
+}
+
+/// Every group.
+pub struct State {
+    params: Params,
+    groups: BTreeMap<GroupKey, Group>,
+    seq: u64,
+}
+
+impl State {
+    /// An empty state.
+    pub fn new(params: Params) -> Self {
+        State { params, groups: BTreeMap::new(), seq: 0 }
+    }
+
+    /// Number of groups held.
+    pub fn series_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The group `key` after a point at `time` (created if new, evicting the least recently seen
+    /// 10 % at `max_series`), and the number of groups evicted.
+    pub fn touch(&mut self, key: &GroupKey, time: u64) -> (usize, Option<&mut Group>) {
+        let mut evicted = 0;
+        if !self.groups.contains_key(key) {
+            if self.groups.len() >= self.params.max_series {
+                evicted = self.evict_least_recent();
+            }
+            self.groups.insert(key.clone(), Group { last_point: time, ..Group::default() });
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        let g = self.groups.get_mut(key);
+        if let Some(g) = g {
+            g.last_seen = seq;
+            g.last_point = g.last_point.max(time);
+            return (evicted, Some(g));
+        }
+        (evicted, None)
+    }
+
+    fn evict_least_recent(&mut self) -> usize {
+        let max = self.params.max_series;
+        let excess = (self.groups.len() + 1).saturating_sub(max);
+        let n = (max / 10).max(1).max(excess).min(self.groups.len());
+        let mut by_age: Vec<(u64, GroupKey)> = self.groups.iter().map(|(k, g)| (g.last_seen, k.clone())).collect();
+        by_age.sort_unstable();
+        for (_, key) in by_age.into_iter().take(n) {
+            self.groups.remove(&key);
+        }
+        tracing::debug!(evicted = n, max_series = max, "kv_pressure: evicted least recently seen groups");
+        n
+    }
+
+    /// Forgets groups without input for `idle_ns` before `watermark`; returns how many.
+    pub fn expire(&mut self, watermark: u64) -> usize {
+        let idle = self.params.idle_ns;
+        let before = self.groups.len();
+        self.groups.retain(|_, g| g.last_point.saturating_add(idle) > watermark);
+        before - self.groups.len()
+    }
+
+    /// Serializes the state (groups in key order, so equal states give equal bytes).
+    pub fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
+        let groups: Vec<(&GroupKey, &Group)> = self.groups.iter().collect();
+        postcard::to_allocvec(&(self.seq, groups))
+    }
+
+    /// Replaces the state with a snapshot; the state is unchanged on error.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), RestoreError> {
+        let (seq, list): (u64, Vec<(GroupKey, Group)>) = postcard::from_bytes(bytes)?;
+        let mut groups = BTreeMap::new();
+        for (k, g) in list {
+            if groups.insert(k, g).is_some() {
+                return Err(RestoreError::Invalid("duplicate group"));
+            }
+        }
+        self.groups = groups;
+        self.seq = seq;
+        Ok(())
+    }
+}
+
+/// Why a snapshot could not be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The bytes do not decode.
+    #[error("decode: {0}")]
+    Decode(#[from] postcard::Error),
+    /// The state violates an invariant.
+    #[error("invalid state: {0}")]
+    Invalid(&'static str),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn key(m: &str) -> GroupKey {
+        GroupKey { model: m.into(), version: "v1".into(), instance: "i".into() }
+    }
+
+    #[test]
+    fn latest_values_go_stale_and_never_move_back() {
+        let mut g = Group::default();
+        g.set(Input::Usage, 10 * S, 0.5);
+        g.set(Input::Usage, 5 * S, 0.99);
+        g.set(Input::QueueP99, 2 * S, 1.0);
+        let f = g.fresh(10 * S, 5 * S);
+        assert_eq!(f.get(Input::Usage), Some(0.5), "an older point does not replace a newer one");
+        assert_eq!(f.get(Input::QueueP99), None, "8 s old with stale_after 5 s");
+        assert_eq!(g.fresh(7 * S, 5 * S).get(Input::QueueP99), Some(1.0));
+    }
+
+    #[test]
+    fn eviction_expiry_and_snapshot() {
+        let mut st = State::new(Params { max_series: 3, idle_ns: 60 * S });
+        for (i, m) in ["a", "b", "c"].iter().enumerate() {
+            st.touch(&key(m), i as u64 * S).1.unwrap().set(Input::Usage, i as u64 * S, 0.1);
+        }
+        st.touch(&key("a"), 3 * S);
+        assert_eq!(st.touch(&key("d"), 4 * S).0, 1);
+        assert!(!st.groups.contains_key(&key("b")), "b was the least recently seen");
+        let bytes = st.snapshot().unwrap();
+        let mut other = State::new(Params { max_series: 3, idle_ns: 60 * S });
+        other.restore(&bytes).unwrap();
+        assert_eq!(other.snapshot().unwrap(), bytes);
+        assert!(other.restore(&bytes[..bytes.len() - 1]).is_err());
+        assert_eq!(st.expire(62 * S), 1, "c (last point 2 s) is idle at 62 s");
+        assert_eq!(st.series_count(), 2);
+    }
+}

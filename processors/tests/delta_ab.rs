@@ -1,0 +1,536 @@
+//! `delta_ab` driven through the ArrowProcessor trait with batches from `metrics::to_batch`.
+
+use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, metrics};
+use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, ProcessorFactory};
+use inferwatch_core::pdata::Signal;
+use inferwatch_core::state::StateError;
+use inferwatch_core::telemetry::Telemetry;
+use inferwatch_processors::delta_ab::DeltaAbFactory;
+use inferwatch_processors::delta_ab::stats::{XorShift, quantile_sorted};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use proptest::prelude::*;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const S: u64 = 1_000_000_000;
+/// A 10-minute window boundary in 2023.
+const BASE: u64 = 1_700_000_400 * S;
+const WINDOW: u64 = 600 * S;
+const METRIC: &str = "llm.request.ttft";
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
+        ..Default::default()
+    }
+}
+
+/// One input point.
+#[derive(Clone, Debug)]
+struct P {
+    version: &'static str,
+    model: &'static str,
+    /// Request id (none: unpaired).
+    id: Option<String>,
+    time: u64,
+    value: f64,
+}
+
+/// A request: one resource per point (service.version = the point's version), metric METRIC
+/// (another metric name for `other`), gauges.
+fn request(points: &[P], metric_name: &str) -> ExportMetricsServiceRequest {
+    let resource_metrics = points
+        .iter()
+        .map(|p| {
+            let mut attributes = vec![kv("gen_ai.request.model", p.model)];
+            if let Some(id) = &p.id {
+                attributes.push(kv("gen_ai.request.id", id));
+            }
+            ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: vec![
+                        kv("service.name", "vllm"),
+                        kv("service.version", p.version),
+                        kv("service.instance.id", if p.version == "B" { "sim-b" } else { "sim-a" }),
+                    ],
+                    ..Default::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(InstrumentationScope { name: "bench".into(), ..Default::default() }),
+                    metrics: vec![Metric {
+                        name: metric_name.into(),
+                        unit: "s".into(),
+                        data: Some(metric::Data::Gauge(Gauge {
+                            data_points: vec![NumberDataPoint {
+                                attributes,
+                                time_unix_nano: p.time,
+                                value: Some(number_data_point::Value::AsDouble(p.value)),
+                                ..Default::default()
+                            }],
+                        })),
+                        ..Default::default()
+                    }],
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }
+        })
+        .collect();
+    ExportMetricsServiceRequest { resource_metrics }
+}
+
+/// One output point: name, time, value, point attributes as strings, resource attributes.
+#[derive(Debug, Clone, PartialEq)]
+struct Out {
+    name: String,
+    time: u64,
+    value: f64,
+    attrs: BTreeMap<String, String>,
+    resource: BTreeMap<String, String>,
+}
+
+impl Out {
+    fn attr(&self, k: &str) -> &str {
+        self.attrs.get(k).map_or("", String::as_str)
+    }
+    fn num(&self, k: &str) -> f64 {
+        self.attr(k).parse().unwrap_or_else(|_| panic!("{k} is not a number in {self:?}"))
+    }
+}
+
+fn strings(kvs: &[KeyValue]) -> BTreeMap<String, String> {
+    kvs.iter()
+        .map(|kv| {
+            let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(any_value::Value::StringValue(s)) => s.clone(),
+                Some(any_value::Value::IntValue(i)) => i.to_string(),
+                Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+                other => format!("{other:?}"),
+            };
+            (kv.key.clone(), v)
+        })
+        .collect()
+}
+
+fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Out> {
+    let mut out = Vec::new();
+    for rm in &req.resource_metrics {
+        let resource = strings(&rm.resource.as_ref().unwrap().attributes);
+        for sm in &rm.scope_metrics {
+            for m in &sm.metrics {
+                let Some(metric::Data::Gauge(g)) = &m.data else { panic!("{} is not a gauge", m.name) };
+                for p in &g.data_points {
+                    let Some(number_data_point::Value::AsDouble(value)) = p.value else { panic!("not a double") };
+                    out.push(Out {
+                        name: m.name.clone(),
+                        time: p.time_unix_nano,
+                        value,
+                        attrs: strings(&p.attributes),
+                        resource: resource.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+struct Harness {
+    proc: Box<dyn ArrowProcessor>,
+    telemetry: Arc<Telemetry>,
+    id: ComponentId,
+}
+
+impl Harness {
+    fn new(cfg: serde_json::Value) -> Self {
+        let telemetry = Arc::new(Telemetry::new());
+        let id = ComponentId::parse("delta_ab/test").unwrap();
+        let ctx = CreateContext::new(id.clone(), telemetry.clone());
+        let proc = DeltaAbFactory.create_arrow(ctx, &cfg, Signal::Metrics).unwrap();
+        Harness { proc, telemetry, id }
+    }
+
+    fn process(&mut self, points: &[P]) {
+        self.process_metric(points, METRIC);
+    }
+
+    fn process_metric(&mut self, points: &[P], name: &str) {
+        let mut out = Vec::new();
+        self.proc.process(&metrics::to_batch(&request(points, name)).unwrap(), &mut out).unwrap();
+        assert!(out.is_empty(), "delta_ab emits only on advance");
+    }
+
+    fn advance(&mut self, watermark: u64) -> Vec<Out> {
+        let mut out = Vec::new();
+        self.proc.advance(watermark, &mut out).unwrap();
+        assert!(out.len() <= 1, "one derived batch per advance");
+        out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect()
+    }
+
+    fn evicted(&self, reason: &str) -> u64 {
+        self.telemetry.series_evicted(&self.id, reason).get()
+    }
+}
+
+fn cfg() -> serde_json::Value {
+    json!({"metric": METRIC, "baseline": "A", "candidate": "B"})
+}
+
+/// A standard normal variate (Box-Muller).
+fn normal(rng: &mut XorShift) -> f64 {
+    let u1 = ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let u2 = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
+/// `n` lognormal latencies (median 120 ms, σ 0.5), in seconds.
+fn lognormal(seed: u64, n: usize) -> Vec<f64> {
+    let mut rng = XorShift::new(seed);
+    (0..n).map(|_| 0.120 * (0.5 * normal(&mut rng)).exp()).collect()
+}
+
+/// Points of `version` for window `w` (0-based from BASE), spread over the window.
+fn points(version: &'static str, w: u64, values: &[f64], ids: bool) -> Vec<P> {
+    let n = values.len() as u64;
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, &value)| P {
+            version,
+            model: "llama",
+            id: ids.then(|| format!("req-{w}-{i}")),
+            time: BASE + w * WINDOW + (i as u64) * (WINDOW / n.max(1)),
+            value,
+        })
+        .collect()
+}
+
+fn level_and_score(out: &[Out]) -> (f64, f64) {
+    assert_eq!(out.len(), 2, "one score and one level: {out:#?}");
+    assert_eq!(out[0].name, "llm.anomaly.score");
+    assert_eq!(out[1].name, "llm.anomaly.level");
+    (out[1].value, out[0].value)
+}
+
+#[test]
+fn delta_ab_flags_a_5ms_p95_regression_on_mirrored_traffic() {
+    let a = lognormal(1, 500);
+    let b: Vec<f64> = a.iter().map(|x| x + 0.0055).collect();
+    let mut h = Harness::new(cfg());
+    h.process(&points("A", 0, &a, true));
+    h.process(&points("B", 0, &b, true));
+    assert!(h.advance(BASE + WINDOW - 1).is_empty(), "the window is still open");
+    let out = h.advance(BASE + WINDOW);
+    let (level, score) = level_and_score(&out);
+    let o = &out[0];
+    assert_eq!(o.time, BASE + WINDOW, "output at the window end");
+    assert_eq!(o.attr("detector"), "delta_ab");
+    assert_eq!(o.attr("metric"), METRIC);
+    assert_eq!(o.attr("gen_ai.request.model"), "llama");
+    assert_eq!(o.resource.get("service.version").map(String::as_str), Some("B"), "the candidate's resource");
+    assert_eq!(o.attr("delta_ab.verdict"), "regression");
+    assert_eq!(o.attr("delta_ab.mode"), "paired");
+    assert_eq!(
+        (o.num("delta_ab.n_baseline"), o.num("delta_ab.n_candidate"), o.num("delta_ab.n_pairs")),
+        (500.0, 500.0, 500.0)
+    );
+    assert_eq!((o.attr("delta_ab.baseline"), o.attr("delta_ab.candidate")), ("A", "B"));
+    assert_eq!(o.num("delta_ab.threshold"), 5.0);
+    assert!((score - 5.5).abs() < 1e-6, "Δp95 = 5.5 ms, got {score}");
+    assert!(o.num("delta_ab.ci_low") > 5.0 && o.num("delta_ab.ci_high") < 6.0, "{o:?}");
+    let mut sorted = a.clone();
+    sorted.sort_by(f64::total_cmp);
+    let p95 = quantile_sorted(&sorted, 0.95).unwrap();
+    assert!((o.num("delta_ab.value_baseline") - p95).abs() < 1e-12);
+    assert!((o.num("delta_ab.delta_rel") - 0.0055 / p95).abs() < 1e-9);
+    assert!((0.8..=1.0).contains(&level) && (level - (0.8 + 0.2 * 0.5 / 5.0)).abs() < 1e-6, "level {level}");
+
+    // The same values without request ids: independent samples of that spread cannot show a
+    // 5 ms difference, and the detector says so instead of calling it a regression.
+    let mut unpaired = Harness::new(cfg());
+    unpaired.process(&points("A", 0, &a, false));
+    unpaired.process(&points("B", 0, &b, false));
+    let out = unpaired.advance(BASE + WINDOW);
+    assert_eq!(out[0].attr("delta_ab.mode"), "window");
+    assert_eq!(out[0].attr("delta_ab.verdict"), "inconclusive");
+    assert!(out[0].num("delta_ab.ci_high") - out[0].num("delta_ab.ci_low") > 10.0);
+}
+
+#[test]
+fn delta_ab_a_a_pair_is_never_a_regression() {
+    let mut h = Harness::new(cfg());
+    let mut verdicts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut warnings = 0;
+    for w in 0..50u64 {
+        h.process(&points("A", w, &lognormal(1000 + w, 500), false));
+        h.process(&points("B", w, &lognormal(5000 + w, 500), false));
+        let out = h.advance(BASE + (w + 1) * WINDOW);
+        let (level, _) = level_and_score(&out);
+        assert!(level < 0.8, "window {w}: {out:?}");
+        warnings += usize::from(level >= 0.6);
+        *verdicts.entry(out[0].attr("delta_ab.verdict").to_string()).or_default() += 1;
+    }
+    assert!(!verdicts.contains_key("regression"), "{verdicts:?}");
+    assert_eq!(verdicts.values().sum::<usize>(), 50, "one comparison per window");
+    assert!(warnings <= 3, "at most a few warnings in 50 A/A windows: {warnings}, {verdicts:?}");
+}
+
+#[test]
+fn delta_ab_twenty_samples_are_inconclusive_however_large_the_delta() {
+    let a = lognormal(7, 20);
+    let b: Vec<f64> = a.iter().map(|x| x + 0.5).collect();
+    let mut h = Harness::new(cfg());
+    h.process(&points("A", 0, &a, true));
+    h.process(&points("B", 0, &b, true));
+    let out = h.advance(BASE + WINDOW);
+    let (level, score) = level_and_score(&out);
+    assert!((score - 500.0).abs() < 1e-6, "Δ is still reported: {score}");
+    assert_eq!(level, 0.0);
+    assert_eq!(out[0].attr("delta_ab.verdict"), "inconclusive");
+    assert_eq!(out[0].num("delta_ab.n_baseline"), 20.0);
+    assert_eq!(out[0].attr("delta_ab.mode"), "window", "20 pairs are fewer than min_samples");
+}
+
+#[test]
+fn delta_ab_throughput_loss_of_ten_percent_is_a_regression() {
+    let mut rng = XorShift::new(3);
+    let a: Vec<f64> = (0..200).map(|_| 1000.0 * (1.0 + 0.03 * normal(&mut rng))).collect();
+    let b: Vec<f64> = (0..200).map(|_| 900.0 * (1.0 + 0.03 * normal(&mut rng))).collect();
+    let mut h = Harness::new(json!({
+        "metric": METRIC, "baseline": "A", "candidate": "B", "kind": "throughput", "statistic": "mean"
+    }));
+    h.process(&points("A", 0, &a, false));
+    h.process(&points("B", 0, &b, false));
+    let out = h.advance(BASE + WINDOW);
+    let (level, score) = level_and_score(&out);
+    let want = (b.iter().sum::<f64>() / 200.0 - a.iter().sum::<f64>() / 200.0) / (a.iter().sum::<f64>() / 200.0);
+    assert!((score - want).abs() < 1e-9 && (score + 0.1).abs() < 0.01, "{score} vs {want}");
+    assert_eq!(out[0].attr("delta_ab.verdict"), "regression");
+    assert!(out[0].num("delta_ab.ci_high") < -0.08);
+    assert!((0.8..=1.0).contains(&level));
+    assert_eq!(out[0].num("delta_ab.threshold"), -0.08);
+
+    // A 5 % loss stays above the −8 % threshold: steady.
+    let c: Vec<f64> = a.iter().map(|x| x * 0.95).collect();
+    let mut h = Harness::new(json!({
+        "metric": METRIC, "baseline": "A", "candidate": "B", "kind": "throughput", "statistic": "mean"
+    }));
+    h.process(&points("A", 0, &a, false));
+    h.process(&points("B", 0, &c, false));
+    let out = h.advance(BASE + WINDOW);
+    assert_eq!(out[0].attr("delta_ab.verdict"), "steady");
+    assert_eq!(out[1].value, 0.0);
+}
+
+/// Replays `steps` (points, watermark after them) and returns every output.
+fn run(h: &mut Harness, steps: &[(Vec<P>, u64)]) -> Vec<Out> {
+    let mut out = Vec::new();
+    for (pts, wm) in steps {
+        h.process(pts);
+        out.extend(h.advance(*wm));
+    }
+    out
+}
+
+/// Three models over five windows (m0 paired, m2 only in windows 0 and 1), one batch per model and
+/// version, the watermark at the window's end after its last batch.
+fn script() -> Vec<(Vec<P>, u64)> {
+    let models = ["m0", "m1", "m2"];
+    let mut steps = Vec::new();
+    for w in 0..5u64 {
+        for (k, m) in models.iter().enumerate() {
+            if k == 2 && w > 1 {
+                continue;
+            }
+            let a = lognormal(w * 10 + k as u64, 60);
+            let b: Vec<f64> = a.iter().map(|x| x + 0.002 * k as f64).collect();
+            let mut pa = points("A", w, &a, k == 0);
+            let mut pb = points("B", w, &b, k == 0);
+            for p in pa.iter_mut().chain(pb.iter_mut()) {
+                p.model = m;
+            }
+            steps.push((pa, BASE + w * WINDOW));
+            steps.push((pb, BASE + w * WINDOW));
+        }
+        // The window closes after its last batch.
+        if let Some(last) = steps.last_mut() {
+            last.1 = BASE + (w + 1) * WINDOW;
+        }
+    }
+    // Long after the last point: every group is idle.
+    steps.push((Vec::new(), BASE + 8 * WINDOW));
+    steps
+}
+
+#[test]
+fn delta_ab_same_input_gives_identical_output_and_order_does_not_matter() {
+    let steps = script();
+    let first = run(&mut Harness::new(cfg()), &steps);
+    let second = run(&mut Harness::new(cfg()), &steps);
+    assert!(first.len() >= 20, "{}", first.len());
+    assert_eq!(first, second, "fixed seeds: the same output twice");
+    // The same points of one window in reverse order and another batching: the same comparison.
+    let a = lognormal(11, 300);
+    let b = lognormal(12, 300);
+    let mut h1 = Harness::new(cfg());
+    h1.process(&points("A", 0, &a, false));
+    h1.process(&points("B", 0, &b, false));
+    let mut h2 = Harness::new(cfg());
+    let mut all: Vec<P> = points("B", 0, &b, false).into_iter().chain(points("A", 0, &a, false)).collect();
+    all.reverse();
+    for chunk in all.chunks(77) {
+        h2.process(chunk);
+    }
+    assert_eq!(h1.advance(BASE + WINDOW), h2.advance(BASE + WINDOW));
+}
+
+#[test]
+fn delta_ab_snapshot_restore_continues_as_if_never_stopped() {
+    let cfg = json!({"metric": METRIC, "baseline": "A", "candidate": "B", "idle_timeout": "15m", "max_series": 2});
+    let steps = script();
+    let mut whole = Harness::new(cfg.clone());
+    let want = run(&mut whole, &steps);
+    assert!(whole.evicted("idle") > 0 && whole.evicted("max_series") > 0, "the script must evict");
+    for cut in [1, 4, 9] {
+        let mut first = Harness::new(cfg.clone());
+        let mut got = run(&mut first, &steps[..cut]);
+        let bytes = first.proc.snapshot().unwrap();
+        assert_eq!(first.proc.state_version(), 1);
+        let mut second = Harness::new(cfg.clone());
+        second.proc.restore(&bytes).unwrap();
+        assert_eq!(second.proc.series_count(), first.proc.series_count());
+        assert_eq!(second.proc.snapshot().unwrap(), bytes, "restore then snapshot gives the same bytes");
+        got.extend(run(&mut second, &steps[cut..]));
+        assert_eq!(got, want, "cut after step {cut}");
+    }
+    let mut other_window = Harness::new(json!({"metric": METRIC, "baseline": "A", "candidate": "B", "window": "5m"}));
+    let bytes = whole.proc.snapshot().unwrap();
+    assert!(matches!(other_window.proc.restore(&bytes), Err(StateError::Corrupt { .. })));
+    assert!(matches!(other_window.proc.restore(b"garbage"), Err(StateError::Corrupt { .. })));
+}
+
+#[test]
+fn delta_ab_reads_versions_from_point_attributes_and_groups_by_model() {
+    // Version as a point attribute on an unrelated resource; two models; another metric and a third
+    // version are ignored.
+    let mut h = Harness::new(json!({
+        "metric": METRIC, "baseline": "v1", "candidate": "v2", "version_attribute": "deploy.version",
+        "min_samples": 2, "resamples": 50
+    }));
+    let mut req = ExportMetricsServiceRequest::default();
+    for (model, version, value) in
+        [("x", "v1", 0.1), ("x", "v1", 0.1), ("x", "v2", 0.2), ("x", "v2", 0.2), ("y", "v2", 0.3), ("x", "v3", 9.0)]
+    {
+        let mut r = request(&[P { version: "ignored", model, id: None, time: BASE + S, value }], METRIC);
+        let point = match &mut r.resource_metrics[0].scope_metrics[0].metrics[0].data {
+            Some(metric::Data::Gauge(g)) => &mut g.data_points[0],
+            _ => unreachable!(),
+        };
+        point.attributes.push(kv("deploy.version", version));
+        req.resource_metrics.extend(r.resource_metrics);
+    }
+    let mut out = Vec::new();
+    h.proc.process(&metrics::to_batch(&req).unwrap(), &mut out).unwrap();
+    h.process_metric(&points("v2", 0, &[5.0; 40], false), "other.metric");
+    let out = h.advance(BASE + WINDOW);
+    let by_model: BTreeMap<String, &Out> = out
+        .iter()
+        .filter(|o| o.name == "llm.anomaly.score")
+        .map(|o| (o.attr("gen_ai.request.model").to_string(), o))
+        .collect();
+    assert_eq!(by_model.len(), 2, "{out:#?}");
+    let x = by_model["x"];
+    assert!((x.value - 100.0).abs() < 1e-9, "0.2 s − 0.1 s = 100 ms: {x:?}");
+    assert_eq!((x.num("delta_ab.n_baseline"), x.num("delta_ab.n_candidate")), (2.0, 2.0));
+    assert_eq!(x.attr("delta_ab.verdict"), "regression");
+    let y = by_model["y"];
+    assert_eq!((y.value, y.attr("delta_ab.verdict")), (0.0, "inconclusive"), "no baseline: {y:?}");
+    assert!(!y.attrs.contains_key("delta_ab.ci_low"));
+}
+
+#[test]
+fn delta_ab_config_errors_name_the_key() {
+    let f = DeltaAbFactory;
+    assert_eq!(f.type_name(), "delta_ab");
+    assert_eq!(f.signals(), &[Signal::Metrics]);
+    assert!(f.arrow().is_some());
+    assert!(f.validate(&cfg()).is_ok());
+    let key = |k: &str| PathSeg::Key(k.into());
+    let with = |extra: serde_json::Value| {
+        let mut c = cfg();
+        c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        c
+    };
+    for (c, path) in [
+        (json!({}), vec![key("metric")]),
+        (json!({"metric": METRIC, "candidate": "B"}), vec![key("baseline")]),
+        (with(json!({"candidate": "A"})), vec![key("candidate")]),
+        (with(json!({"statistic": "p42"})), vec![key("statistic")]),
+        (with(json!({"kind": "speed"})), vec![key("kind")]),
+        (with(json!({"window": "0s"})), vec![key("window")]),
+        (with(json!({"min_samples": 1})), vec![key("min_samples")]),
+        (with(json!({"confidence": 1.0})), vec![key("confidence")]),
+        (with(json!({"resamples": 5})), vec![key("resamples")]),
+        (with(json!({"thresholds": {"latency_ms": -1.0}})), vec![key("thresholds"), key("latency_ms")]),
+        (with(json!({"thresholds": {"throughput_rel": 0.1}})), vec![key("thresholds"), key("throughput_rel")]),
+        (with(json!({"thresholds": {"speed": 1}})), vec![key("thresholds"), key("speed")]),
+        (with(json!({"group_by": ["a", ""]})), vec![key("group_by"), PathSeg::Index(1)]),
+        (with(json!({"max_samples": 10})), vec![key("max_samples")]),
+        (with(json!({"max_series": 0})), vec![key("max_series")]),
+    ] {
+        let e = f.validate(&c).unwrap_err();
+        assert_eq!(e.path, path, "{c}: {}", e.message);
+    }
+    let ctx = CreateContext::new(ComponentId::parse("delta_ab").unwrap(), Arc::new(Telemetry::new()));
+    assert!(f.create_arrow(ctx, &cfg(), Signal::Traces).is_err());
+}
+
+/// The brute-force statistic: sort, then interpolate between closest ranks (or the plain mean).
+fn brute(stat: &str, values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let q = match stat {
+        "p50" => 0.5,
+        "p95" => 0.95,
+        "p99" => 0.99,
+        _ => return v.iter().sum::<f64>() / v.len() as f64,
+    };
+    let h = q * (v.len() - 1) as f64;
+    let lo = h.floor() as usize;
+    match v.get(lo + 1) {
+        Some(hi) => v[lo] + (h - lo as f64) * (hi - v[lo]),
+        None => v[lo],
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn delta_ab_delta_is_the_brute_force_statistic_difference(
+        a in prop::collection::vec(0.0f64..10.0, 1..80),
+        b in prop::collection::vec(0.0f64..10.0, 1..80),
+        stat in prop::sample::select(vec!["p50", "p95", "p99", "mean"]),
+        kind in prop::sample::select(vec!["latency", "throughput", "quality"]),
+    ) {
+        let mut h = Harness::new(json!({
+            "metric": METRIC, "baseline": "A", "candidate": "B", "statistic": stat, "kind": kind,
+            "resamples": 20, "min_samples": 2, "max_samples": 100
+        }));
+        h.process(&points("A", 0, &a, false));
+        h.process(&points("B", 0, &b, false));
+        let out = h.advance(BASE + WINDOW);
+        let (sa, sb) = (brute(stat, &a), brute(stat, &b));
+        let want = if kind == "latency" { (sb - sa) * 1000.0 } else { (sb - sa) / sa.abs().max(1e-6) };
+        let got = out[0].value;
+        prop_assert!((got - want).abs() <= 1e-9 * want.abs().max(1.0), "{got} vs {want}");
+        prop_assert!(out[0].num("delta_ab.ci_low") <= out[0].num("delta_ab.ci_high"));
+    }
+}

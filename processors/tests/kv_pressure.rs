@@ -1,0 +1,417 @@
+//! `kv_pressure` driven through the ArrowProcessor trait with batches from `metrics::to_batch`.
+
+use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, metrics};
+use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, ProcessorFactory};
+use inferwatch_core::pdata::Signal;
+use inferwatch_core::state::StateError;
+use inferwatch_core::telemetry::Telemetry;
+use inferwatch_processors::kv_pressure::KvPressureFactory;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const S: u64 = 1_000_000_000;
+const BASE: u64 = 1_700_000_400 * S;
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
+        ..Default::default()
+    }
+}
+
+/// One input point: metric name, point attributes, resource attributes, offset (s), value.
+#[derive(Clone, Debug)]
+struct In {
+    name: &'static str,
+    attrs: Vec<(&'static str, &'static str)>,
+    resource: Vec<(&'static str, &'static str)>,
+    at: u64,
+    value: f64,
+}
+
+/// A point as `llm_signals` emits it for model `model` (version v1, instance i1).
+fn signal(name: &'static str, model: &'static str, at: u64, value: f64) -> In {
+    In {
+        name,
+        attrs: vec![
+            ("gen_ai.request.model", model),
+            ("service.version", "v1"),
+            ("service.instance.id", "i1"),
+            ("source", "scrape"),
+        ],
+        resource: vec![("service.name", "inferwatch")],
+        at,
+        value,
+    }
+}
+
+/// A raw scraped point of the simulator's server (model label, identity in the resource).
+fn scraped(name: &'static str, extra: Vec<(&'static str, &'static str)>, at: u64, value: f64) -> In {
+    let mut attrs = vec![("model_name", "m"), ("engine", "0")];
+    attrs.extend(extra);
+    In {
+        name,
+        attrs,
+        resource: vec![("service.name", "vllm-server"), ("service.version", "v1"), ("service.instance.id", "i1")],
+        at,
+        value,
+    }
+}
+
+fn request(points: &[In]) -> ExportMetricsServiceRequest {
+    let resource_metrics = points
+        .iter()
+        .map(|p| ResourceMetrics {
+            resource: Some(Resource {
+                attributes: p.resource.iter().map(|(k, v)| kv(k, v)).collect(),
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(InstrumentationScope { name: "src".into(), ..Default::default() }),
+                metrics: vec![Metric {
+                    name: p.name.into(),
+                    data: Some(metric::Data::Gauge(Gauge {
+                        data_points: vec![NumberDataPoint {
+                            attributes: p.attrs.iter().map(|(k, v)| kv(k, v)).collect(),
+                            time_unix_nano: BASE + p.at * S,
+                            value: Some(number_data_point::Value::AsDouble(p.value)),
+                            ..Default::default()
+                        }],
+                    })),
+                    ..Default::default()
+                }],
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        })
+        .collect();
+    ExportMetricsServiceRequest { resource_metrics }
+}
+
+/// One output (a score and its level joined): time, metric, score, level, attributes, resource.
+#[derive(Debug, Clone, PartialEq)]
+struct Out {
+    time: u64,
+    metric: String,
+    score: f64,
+    level: f64,
+    attrs: BTreeMap<String, String>,
+    resource: BTreeMap<String, String>,
+}
+
+fn strings(kvs: &[KeyValue]) -> BTreeMap<String, String> {
+    kvs.iter()
+        .map(|kv| {
+            let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(any_value::Value::StringValue(s)) => s.clone(),
+                Some(any_value::Value::IntValue(i)) => i.to_string(),
+                Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+                other => format!("{other:?}"),
+            };
+            (kv.key.clone(), v)
+        })
+        .collect()
+}
+
+fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Out> {
+    let mut points = Vec::new();
+    for rm in &req.resource_metrics {
+        let resource = strings(&rm.resource.as_ref().unwrap().attributes);
+        for sm in &rm.scope_metrics {
+            for m in &sm.metrics {
+                let Some(metric::Data::Gauge(g)) = &m.data else { panic!("not a gauge") };
+                for p in &g.data_points {
+                    let Some(number_data_point::Value::AsDouble(v)) = p.value else { panic!("not a double") };
+                    points.push((m.name.clone(), p.time_unix_nano, v, strings(&p.attributes), resource.clone()));
+                }
+            }
+        }
+    }
+    assert!(points.len().is_multiple_of(2));
+    points
+        .chunks(2)
+        .map(|c| {
+            assert_eq!((c[0].0.as_str(), c[1].0.as_str()), ("llm.anomaly.score", "llm.anomaly.level"));
+            assert_eq!((c[0].1, &c[0].3), (c[1].1, &c[1].3), "score and level share time and attributes");
+            Out {
+                time: c[0].1,
+                metric: c[0].3["metric"].clone(),
+                score: c[0].2,
+                level: c[1].2,
+                attrs: c[0].3.clone(),
+                resource: c[0].4.clone(),
+            }
+        })
+        .collect()
+}
+
+struct Harness {
+    proc: Box<dyn ArrowProcessor>,
+    telemetry: Arc<Telemetry>,
+    id: ComponentId,
+}
+
+impl Harness {
+    fn new(cfg: serde_json::Value) -> Self {
+        let telemetry = Arc::new(Telemetry::new());
+        let id = ComponentId::parse("kv_pressure/test").unwrap();
+        let ctx = CreateContext::new(id.clone(), telemetry.clone());
+        let proc = KvPressureFactory.create_arrow(ctx, &cfg, Signal::Metrics).unwrap();
+        Harness { proc, telemetry, id }
+    }
+
+    fn process(&mut self, points: &[In]) -> Vec<Out> {
+        let mut out = Vec::new();
+        self.proc.process(&metrics::to_batch(&request(points)).unwrap(), &mut out).unwrap();
+        assert!(out.len() <= 1, "one derived batch per input batch");
+        out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect()
+    }
+
+    fn advance(&mut self, at: u64) {
+        let mut out = Vec::new();
+        self.proc.advance(BASE + at * S, &mut out).unwrap();
+        assert!(out.is_empty(), "kv_pressure emits on input only");
+    }
+
+    fn evicted(&self, reason: &str) -> u64 {
+        self.telemetry.series_evicted(&self.id, reason).get()
+    }
+}
+
+/// The evidence of an output: its `kv_pressure.*` attributes.
+fn evidence(o: &Out) -> Vec<(String, String)> {
+    o.attrs.iter().filter(|(k, _)| k.starts_with("kv_pressure.")).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn ev(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = pairs.iter().map(|(k, v)| (format!("kv_pressure.{k}"), v.to_string())).collect();
+    v.sort();
+    v
+}
+
+fn approx(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-12
+}
+
+/// One step of a hand-made series: input, expected score, level and evidence.
+type Step = (In, f64, f64, Vec<(String, String)>);
+
+#[test]
+fn kv_pressure_hand_made_series_give_exact_levels_and_evidence() {
+    let mut h = Harness::new(json!({}));
+    // (input, expected score, level, evidence), one point per batch, in time order.
+    let script: Vec<Step> = vec![
+        (signal("llm.kv_cache.usage", "m", 0, 0.5), 0.0, 0.0, ev(&[("usage", "0.5"), ("flags", "")])),
+        (
+            signal("llm.prefix_cache.hit_rate", "m", 0, 0.7),
+            0.0,
+            0.0,
+            ev(&[("usage", "0.5"), ("hit_rate", "0.7"), ("flags", "")]),
+        ),
+        (
+            signal("llm.kv_cache.usage", "m", 60, 0.95),
+            0.2,
+            0.6,
+            ev(&[("usage", "0.95"), ("hit_rate", "0.7"), ("flags", "usage_high")]),
+        ),
+        (
+            signal("llm.preemption.rate", "m", 60, 0.5),
+            0.45,
+            0.85,
+            ev(&[
+                ("usage", "0.95"),
+                ("hit_rate", "0.7"),
+                ("preemption_rate", "0.5"),
+                ("flags", "usage_high,preempting"),
+            ]),
+        ),
+        (
+            signal("llm.queue.p99", "m", 120, 0.9),
+            0.75,
+            0.9,
+            ev(&[
+                ("usage", "0.95"),
+                ("hit_rate", "0.7"),
+                ("preemption_rate", "0.5"),
+                ("queue_p99_s", "0.9"),
+                ("flags", "usage_high,queue_blocking,preempting"),
+            ]),
+        ),
+        (
+            signal("llm.prefix_cache.hit_rate", "m", 120, 0.5),
+            0.9,
+            0.95,
+            ev(&[
+                ("usage", "0.95"),
+                ("hit_rate", "0.5"),
+                ("preemption_rate", "0.5"),
+                ("queue_p99_s", "0.9"),
+                ("flags", "usage_high,hit_rate_low,queue_blocking,preempting"),
+            ]),
+        ),
+        // Another model: its own group, queue blocking alone is critical.
+        (signal("llm.queue.p99", "m2", 130, 1.5), 0.3, 0.8, ev(&[("queue_p99_s", "1.5"), ("flags", "queue_blocking")])),
+        // 400 s later everything but this point is older than stale_after (5m).
+        (signal("llm.kv_cache.usage", "m", 500, 0.5), 0.0, 0.0, ev(&[("usage", "0.5"), ("flags", "")])),
+        // Preemptions without high usage: a warning only.
+        (
+            signal("llm.preemption.rate", "m", 510, 2.0),
+            0.25,
+            0.6,
+            ev(&[("usage", "0.5"), ("preemption_rate", "2"), ("flags", "preempting")]),
+        ),
+    ];
+    for (i, (input, score, level, want)) in script.into_iter().enumerate() {
+        let out = h.process(std::slice::from_ref(&input));
+        assert_eq!(out.len(), 1, "step {i}: one output per input point");
+        let o = &out[0];
+        assert_eq!(o.time, BASE + input.at * S, "step {i}: at the input's time");
+        assert_eq!(o.metric, input.name);
+        assert_eq!(o.attrs["detector"], "kv_pressure");
+        assert_eq!(o.attrs["gen_ai.request.model"], input.attrs[0].1);
+        assert_eq!(o.attrs["source"], "scrape", "the input's own attributes are kept");
+        assert_eq!(o.resource["service.name"], "inferwatch", "the input's resource");
+        assert!(approx(o.score, score) && approx(o.level, level), "step {i}: {o:?}, want {score} / {level}");
+        assert_eq!(evidence(o), want, "step {i}");
+    }
+    assert_eq!(h.proc.series_count(), 2);
+    // With a fixed output metric, every input of a group shares one alert identity.
+    let mut fixed = Harness::new(json!({"output_metric": "llm.kv_cache.pressure"}));
+    let out = fixed.process(&[signal("llm.queue.p99", "m", 0, 0.9), signal("llm.kv_cache.usage", "m", 1, 0.2)]);
+    assert_eq!(out.len(), 2);
+    for (o, input) in out.iter().zip(["llm.queue.p99", "llm.kv_cache.usage"]) {
+        assert_eq!(
+            (o.metric.as_str(), o.attrs["kv_pressure.input"].as_str(), o.level),
+            ("llm.kv_cache.pressure", input, 0.8)
+        );
+    }
+    // Other metrics and non-number points are not inputs.
+    assert!(h.process(&[signal("llm.ttft.p95", "m", 520, 9.0)]).is_empty());
+}
+
+#[test]
+fn kv_pressure_fragmentation_from_a_gauge_and_from_free_runs() {
+    let mut h = Harness::new(json!({"kvf_metric": "sim:kv_cache_fragmentation"}));
+    // The simulator's raw gauge: model from `model_name`, version and instance from the resource.
+    let out = h.process(&[scraped("sim:kv_cache_fragmentation", vec![], 0, 0.7)]);
+    assert_eq!(out.len(), 1);
+    let o = &out[0];
+    assert_eq!((o.score, o.level), (0.1, 0.6));
+    assert_eq!(evidence(o), ev(&[("kvf", "0.7"), ("flags", "fragmented")]));
+    for (k, v) in
+        [("gen_ai.request.model", "m"), ("service.version", "v1"), ("service.instance.id", "i1"), ("model_name", "m")]
+    {
+        assert_eq!(o.attrs[k], v, "{k}: the group's attributes are added to the point's");
+    }
+    // Free runs of one pool snapshot (one point per run): 30 + 10 free, largest 30 → KVF 0.25.
+    let runs = |at: u64, lens: &[f64]| -> Vec<In> {
+        const IDS: [&str; 4] = ["0", "1", "2", "3"];
+        lens.iter().zip(IDS).map(|(&v, id)| scraped("llm.kv_cache.free_runs", vec![("run", id)], at, v)).collect()
+    };
+    let out = h.process(&runs(15, &[30.0, 10.0]));
+    assert_eq!(out.len(), 1, "one evaluation per snapshot, not per run: {out:?}");
+    assert_eq!(out[0].metric, "llm.kv_cache.free_runs");
+    assert_eq!(out[0].time, BASE + 15 * S);
+    assert_eq!(out[0].level, 0.0);
+    assert_eq!(
+        evidence(&out[0]),
+        ev(&[("kvf", "0.25"), ("free_blocks", "40"), ("largest_free_run", "30"), ("flags", "")])
+    );
+    assert!(!out[0].attrs.contains_key("run"), "the output carries the group, not one run");
+    // Four holes of one block: KVF 0.75 → fragmented, together with high usage → 0.65.
+    h.process(&[scraped("llm.kv_cache.usage", vec![], 29, 0.97)]);
+    let out = h.process(&runs(30, &[1.0, 1.0, 1.0, 1.0]));
+    assert!(approx(out[0].level, 0.65) && approx(out[0].score, 0.3), "{out:?}");
+    assert_eq!(out[0].attrs["kv_pressure.kvf"], "0.75");
+    assert_eq!(out[0].attrs["kv_pressure.flags"], "usage_high,fragmented");
+}
+
+/// Points over 12 steps for models m0..m5 (m4, m5 stop after step 3), each followed by an advance.
+fn script() -> Vec<(Vec<In>, u64)> {
+    const MODELS: [&str; 6] = ["m0", "m1", "m2", "m3", "m4", "m5"];
+    const NAMES: [&str; 4] =
+        ["llm.kv_cache.usage", "llm.preemption.rate", "llm.prefix_cache.hit_rate", "llm.queue.p99"];
+    let mut steps = Vec::new();
+    for step in 0..12u64 {
+        let mut pts = Vec::new();
+        for (k, m) in MODELS.iter().enumerate() {
+            if k >= 4 && step > 3 {
+                continue;
+            }
+            for (j, name) in NAMES.iter().enumerate() {
+                let v = ((step * 7 + k as u64 * 3 + j as u64 * 5) % 11) as f64 / 10.0;
+                pts.push(signal(name, m, step * 60 + j as u64, v));
+            }
+        }
+        steps.push((pts, step * 60 + 10));
+    }
+    steps
+}
+
+fn run(h: &mut Harness, steps: &[(Vec<In>, u64)]) -> Vec<Out> {
+    let mut out = Vec::new();
+    for (pts, wm) in steps {
+        out.extend(h.process(pts));
+        h.advance(*wm);
+    }
+    out
+}
+
+#[test]
+fn kv_pressure_snapshot_restore_continues_as_if_never_stopped() {
+    let cfg = json!({"max_series": 5, "idle_timeout": "2m", "stale_after": "90s"});
+    let steps = script();
+    let mut whole = Harness::new(cfg.clone());
+    let want = run(&mut whole, &steps);
+    assert!(want.len() > 150 && want.iter().any(|o| o.level >= 0.8) && want.iter().any(|o| o.level == 0.0));
+    assert!(whole.evicted("max_series") > 0 && whole.evicted("idle") > 0, "the script must evict");
+    for cut in [1, 4, 7] {
+        let mut first = Harness::new(cfg.clone());
+        let mut got = run(&mut first, &steps[..cut]);
+        let bytes = first.proc.snapshot().unwrap();
+        assert_eq!(first.proc.state_version(), 1);
+        let mut second = Harness::new(cfg.clone());
+        second.proc.restore(&bytes).unwrap();
+        assert_eq!(second.proc.series_count(), first.proc.series_count());
+        assert_eq!(second.proc.snapshot().unwrap(), bytes);
+        got.extend(run(&mut second, &steps[cut..]));
+        assert_eq!(got, want, "cut after step {cut}");
+    }
+    let mut fresh = Harness::new(cfg);
+    assert!(matches!(fresh.proc.restore(b"not a snapshot at all"), Err(StateError::Corrupt { .. })));
+    assert_eq!(fresh.proc.series_count(), 0);
+}
+
+#[test]
+fn kv_pressure_config_errors_name_the_key() {
+    let f = KvPressureFactory;
+    assert_eq!(f.type_name(), "kv_pressure");
+    assert_eq!(f.signals(), &[Signal::Metrics]);
+    assert!(f.arrow().is_some());
+    assert!(f.validate(&serde_json::Value::Null).is_ok(), "every key has a default");
+    assert!(f.validate(&json!({"kvf_metric": "", "free_runs_metric": ""})).is_ok(), "optional inputs");
+    let key = |k: &str| PathSeg::Key(k.into());
+    for (cfg, path) in [
+        (json!({"usage_metric": ""}), vec![key("usage_metric")]),
+        (json!({"kvf_metric": "llm.queue.p99"}), vec![key("kvf_metric")]),
+        (json!({"thresholds": {"usage": 1.5}}), vec![key("thresholds"), key("usage")]),
+        (json!({"thresholds": {"queue_p99_s": -1.0}}), vec![key("thresholds"), key("queue_p99_s")]),
+        (json!({"thresholds": {"queue": 1.0}}), vec![key("thresholds"), key("queue")]),
+        (json!({"stale_after": "0s"}), vec![key("stale_after")]),
+        (json!({"max_series": 0}), vec![key("max_series")]),
+        (json!({"usage": "x"}), vec![key("usage")]),
+    ] {
+        let e = f.validate(&cfg).unwrap_err();
+        assert_eq!(e.path, path, "{cfg}: {}", e.message);
+    }
+    let ctx = CreateContext::new(ComponentId::parse("kv_pressure").unwrap(), Arc::new(Telemetry::new()));
+    assert!(f.create_arrow(ctx, &json!({}), Signal::Logs).is_err());
+}
