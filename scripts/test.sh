@@ -120,6 +120,33 @@ ensure_promtool() {
     fi
 }
 
+ensure_alertmanager() {
+    # The Alertmanager server (Debian package `prometheus-alertmanager`, /usr/bin/prometheus-alertmanager)
+    # for the alerts exporter test (tests/e2e/test_alerts.py); the test skips without it, and fails
+    # when CI=true. The package is looked up with apt-cache policy first (apt-get update only when
+    # no candidate is known yet).
+    if [[ -x /usr/bin/prometheus-alertmanager ]]; then
+        echo "alertmanager present (/usr/bin/prometheus-alertmanager)"
+        return 0
+    fi
+    if ! command -v apt-get >/dev/null; then
+        echo "WARNING: alertmanager missing and no apt-get; the alerts e2e test will skip (fail under CI=true)" >&2
+        return 0
+    fi
+    echo "alertmanager missing; installing the Debian package prometheus-alertmanager"
+    export DEBIAN_FRONTEND=noninteractive
+    has_candidate() { apt-cache policy prometheus-alertmanager 2>/dev/null | grep -q 'Candidate: [0-9]'; }
+    if ! has_candidate; then
+        as_root apt-get update -qq || true
+    fi
+    if has_candidate && as_root apt-get install -y -qq --no-install-recommends prometheus-alertmanager \
+        && [[ -x /usr/bin/prometheus-alertmanager ]]; then
+        echo "alertmanager installed (/usr/bin/prometheus-alertmanager)"
+    else
+        echo "WARNING: could not install prometheus-alertmanager; the alerts e2e test will skip (fail under CI=true)" >&2
+    fi
+}
+
 if [[ $QUICK -eq 0 ]]; then
     step "cargo fmt --check" cargo fmt --all -- --check
     step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
@@ -130,6 +157,7 @@ fi
 if [[ $E2E -eq 1 ]]; then
     step "python venv + requirements" ensure_venv
     step "promtool" ensure_promtool
+    step "alertmanager" ensure_alertmanager
     step "cargo build --release" cargo build --release --bin inferwatch
     export INFERWATCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/inferwatch"
     PYTEST_FLAGS=(-v --durations=10)

@@ -7,6 +7,7 @@
 //! which provides the bounded sending queue, retries with back-off and the self-metrics. The
 //! recording exporters write synchronously into rotated files ([`recording`]).
 
+pub mod alertmanager;
 pub mod arrow_ipc;
 pub mod debug;
 pub mod otlp;
@@ -19,6 +20,7 @@ pub mod tls;
 
 mod common;
 
+pub use crate::alertmanager::{AlertmanagerConfig, AlertmanagerExporterFactory};
 pub use crate::arrow_ipc::{ArrowIpcConfig, ArrowIpcExporterFactory};
 pub use crate::parquet::{ParquetCompression, ParquetConfig, ParquetExporterFactory};
 pub use debug::{DebugConfig, DebugExporterFactory, Verbosity};
@@ -30,8 +32,8 @@ pub use prometheusremotewrite::{RemoteWriteConfig, RemoteWriteExporterFactory};
 use inferwatch_core::registry::Registry;
 use std::sync::Arc;
 
-/// Adds the `otlp`, `otlphttp`, `debug`, `parquet`, `arrow_ipc`, `prometheus` and
-/// `prometheusremotewrite` exporter factories to `reg`.
+/// Adds the `otlp`, `otlphttp`, `debug`, `parquet`, `arrow_ipc`, `prometheus`,
+/// `prometheusremotewrite` and `alertmanager` exporter factories to `reg`.
 pub fn register(reg: &mut Registry) {
     reg.add_exporter(Arc::new(OtlpExporterFactory));
     reg.add_exporter(Arc::new(OtlpHttpExporterFactory));
@@ -40,6 +42,7 @@ pub fn register(reg: &mut Registry) {
     reg.add_exporter(Arc::new(ArrowIpcExporterFactory));
     reg.add_exporter(Arc::new(PrometheusExporterFactory));
     reg.add_exporter(Arc::new(RemoteWriteExporterFactory));
+    reg.add_exporter(Arc::new(AlertmanagerExporterFactory));
 }
 
 #[cfg(test)]
@@ -53,7 +56,16 @@ mod tests {
         register(&mut reg);
         assert_eq!(
             reg.type_names(ComponentKind::Exporter),
-            vec!["arrow_ipc", "debug", "otlp", "otlphttp", "parquet", "prometheus", "prometheusremotewrite"]
+            vec![
+                "alertmanager",
+                "arrow_ipc",
+                "debug",
+                "otlp",
+                "otlphttp",
+                "parquet",
+                "prometheus",
+                "prometheusremotewrite"
+            ]
         );
         for t in ["debug", "otlp", "otlphttp"] {
             let f = reg.exporter(t).map(|f| f.signals().len());
