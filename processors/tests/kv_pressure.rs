@@ -135,20 +135,16 @@ fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Out> {
             }
         }
     }
-    assert!(points.len().is_multiple_of(2));
-    points
-        .chunks(2)
-        .map(|c| {
-            assert_eq!((c[0].0.as_str(), c[1].0.as_str()), ("llm.anomaly.score", "llm.anomaly.level"));
-            assert_eq!((c[0].1, &c[0].3), (c[1].1, &c[1].3), "score and level share time and attributes");
-            Out {
-                time: c[0].1,
-                metric: c[0].3["metric"].clone(),
-                score: c[0].2,
-                level: c[1].2,
-                attrs: c[0].3.clone(),
-                resource: c[0].4.clone(),
-            }
+    // Score and level points come in two Metrics per scope, each in input order: pair them up.
+    let (scores, levels): (Vec<_>, Vec<_>) = points.into_iter().partition(|p| p.0 == "llm.anomaly.score");
+    assert_eq!(scores.len(), levels.len());
+    assert!(levels.iter().all(|p| p.0 == "llm.anomaly.level"));
+    scores
+        .into_iter()
+        .zip(levels)
+        .map(|(s, l)| {
+            assert_eq!((s.1, &s.3), (l.1, &l.3), "score and level share time and attributes");
+            Out { time: s.1, metric: s.3["metric"].clone(), score: s.2, level: l.2, attrs: s.3.clone(), resource: s.4 }
         })
         .collect()
 }

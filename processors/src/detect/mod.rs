@@ -123,7 +123,7 @@ impl Output {
     }
 
     /// The points as one OTLP request: consecutive points of the same resource and scope share
-    /// a ResourceMetrics / ScopeMetrics; consecutive points of one name share a Metric.
+    /// a ResourceMetrics / ScopeMetrics, in which the points of one name share a Metric.
     pub fn into_request(self) -> ExportMetricsServiceRequest {
         let mut out: Vec<ResourceMetrics> = Vec::new();
         for p in self.points {
@@ -143,16 +143,20 @@ impl Output {
                 rm.scope_metrics.push(ScopeMetrics { scope: Some(p.scope.clone()), ..Default::default() });
             }
             let Some(sm) = rm.scope_metrics.last_mut() else { continue };
-            let same_metric = sm.metrics.last().is_some_and(|m| m.name == p.name);
-            if !same_metric {
-                sm.metrics.push(Metric {
-                    name: p.name.into(),
-                    unit: p.unit.into(),
-                    data: Some(Data::Gauge(Gauge { data_points: Vec::new() })),
-                    ..Default::default()
-                });
-            }
-            if let Some(Metric { data: Some(Data::Gauge(g)), .. }) = sm.metrics.last_mut() {
+            // A scope holds few metric names: find this one's Metric (score and level alternate).
+            let idx = match sm.metrics.iter().position(|m| m.name == p.name) {
+                Some(i) => i,
+                None => {
+                    sm.metrics.push(Metric {
+                        name: p.name.into(),
+                        unit: p.unit.into(),
+                        data: Some(Data::Gauge(Gauge { data_points: Vec::new() })),
+                        ..Default::default()
+                    });
+                    sm.metrics.len() - 1
+                }
+            };
+            if let Some(Metric { data: Some(Data::Gauge(g)), .. }) = sm.metrics.get_mut(idx) {
                 g.data_points.push(dp);
             }
         }
@@ -206,8 +210,9 @@ mod tests {
         assert_eq!(req.resource_metrics.len(), 1);
         let ms = &req.resource_metrics[0].scope_metrics[0].metrics;
         let names: Vec<&str> = ms.iter().map(|m| m.name.as_str()).collect();
-        assert_eq!(names, vec![SCORE, LEVEL, SCORE, LEVEL]);
+        assert_eq!(names, vec![SCORE, LEVEL]);
         let Some(Data::Gauge(g)) = &ms[0].data else { panic!("gauge") };
+        assert_eq!(g.data_points.len(), 2);
         let keys: Vec<&str> = g.data_points[0].attributes.iter().map(|k| k.key.as_str()).collect();
         assert_eq!(keys, vec!["detector", "metric", "model_name", "window"]);
         assert_eq!(g.data_points[0].time_unix_nano, 10);

@@ -1,0 +1,371 @@
+//! Processor `zscore_skew`: windowed z-score with a skew penalty (spec §2), per series, O(1) per point.
+//!
+//! For each series of the configured metrics, the point at index i = w, w+s, w+2s, … (counting
+//! the series' finite points) is scored against the w points before it:
+//! `score = |x − mean| / (std + 1e-8) + 0.3·|G1|`, and emitted as `llm.anomaly.score` and
+//! `llm.anomaly.level` at the point's own timestamp. The rolling moments and their accuracy
+//! scheme are in [`window`]; semantics and outputs: docs/detectors/zscore_skew.md.
+
+pub mod state;
+pub mod window;
+
+use crate::detect::{self, Output, kv_f64, kv_i64};
+use arrow_array::{Array, Float64Array, RecordBatch, StringArray, UInt8Array, UInt64Array};
+use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, metrics, schema};
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, NodeRef, ProcessorFactory, parse_config};
+use inferwatch_core::consumer::ConsumerRef;
+use inferwatch_core::pdata::Signal;
+use inferwatch_core::settings::GoDuration;
+use inferwatch_core::state::StateError;
+use prometheus_client::metrics::counter::Counter;
+use serde::Deserialize;
+use state::{Params, SeriesMeta, State};
+use std::collections::HashSet;
+use std::time::Duration;
+use window::Path;
+
+/// Version of the checkpoint format written by [`ZscoreSkew`].
+pub const STATE_VERSION: u32 = 1;
+/// The `detector` attribute of the output.
+pub const DETECTOR: &str = "zscore_skew";
+/// Largest accepted `window`.
+pub const MAX_WINDOW: usize = 10_000;
+
+/// The linear mapping of the score to the level: `zero` → 0, `one` → 1, clamped.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LevelConfig {
+    /// Score at and below which the level is 0 (default 3).
+    pub zero: f64,
+    /// Score at and above which the level is 1 (default 6).
+    pub one: f64,
+}
+
+impl Default for LevelConfig {
+    fn default() -> Self {
+        LevelConfig { zero: 3.0, one: 6.0 }
+    }
+}
+
+/// Settings of `zscore_skew`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ZscoreSkewConfig {
+    /// Exact names of the metrics to score (at least one).
+    pub metrics: Vec<String>,
+    /// Window length w in points (default 50; 3..=10000, the spec's range is 30..100).
+    pub window: usize,
+    /// Step s between scored points (default 1; ≥ 1, the spec's range is 1..5).
+    pub step: usize,
+    /// Most series held; beyond it the least recently seen 10 % are evicted (default 10000).
+    pub max_series: usize,
+    /// Event time without a point after which a series is forgotten (default 1h).
+    pub idle_timeout: GoDuration,
+    /// Score → level mapping (default 3 → 0, 6 → 1).
+    pub level: LevelConfig,
+}
+
+impl Default for ZscoreSkewConfig {
+    fn default() -> Self {
+        ZscoreSkewConfig {
+            metrics: Vec::new(),
+            window: 50,
+            step: 1,
+            max_series: 10_000,
+            idle_timeout: GoDuration(Duration::from_secs(3600)),
+            level: LevelConfig::default(),
+        }
+    }
+}
+
+/// A checked configuration in the units the processor uses.
+#[derive(Debug, Clone)]
+struct Checked {
+    params: Params,
+    step: u64,
+    level: LevelConfig,
+    metrics: HashSet<String>,
+}
+
+impl ZscoreSkewConfig {
+    fn check(&self) -> Result<Checked, FieldError> {
+        if self.metrics.is_empty() {
+            return Err(FieldError::at("metrics", "must name at least one metric"));
+        }
+        if let Some(i) = self.metrics.iter().position(|m| m.is_empty()) {
+            let mut e = FieldError::at("metrics", "metric names must not be empty");
+            e.path.push(inferwatch_core::component::PathSeg::Index(i));
+            return Err(e);
+        }
+        if !(window::MIN_WINDOW..=MAX_WINDOW).contains(&self.window) {
+            return Err(FieldError::at(
+                "window",
+                format!("must be between {} and {MAX_WINDOW} points, got {}", window::MIN_WINDOW, self.window),
+            ));
+        }
+        if self.step == 0 {
+            return Err(FieldError::at("step", "must be at least 1"));
+        }
+        if self.max_series == 0 {
+            return Err(FieldError::at("max_series", "must be at least 1"));
+        }
+        let idle_ns = u64::try_from(self.idle_timeout.0.as_nanos())
+            .map_err(|_| FieldError::at("idle_timeout", format!("{} is too long", self.idle_timeout)))?;
+        if idle_ns == 0 {
+            return Err(FieldError::at("idle_timeout", "must be greater than 0"));
+        }
+        let LevelConfig { zero, one } = self.level;
+        if !zero.is_finite() {
+            return Err(FieldError::at("level.zero", format!("must be a finite number, got {zero}")));
+        }
+        if !(one.is_finite() && one > zero) {
+            return Err(FieldError::at("level.one", format!("must be a finite number above level.zero, got {one}")));
+        }
+        Ok(Checked {
+            params: Params { window: self.window, max_series: self.max_series, idle_ns },
+            step: self.step as u64,
+            level: self.level,
+            metrics: self.metrics.iter().cloned().collect(),
+        })
+    }
+}
+
+/// Factory of `zscore_skew`.
+pub struct ZscoreSkewFactory;
+
+impl ProcessorFactory for ZscoreSkewFactory {
+    fn type_name(&self) -> &'static str {
+        DETECTOR
+    }
+    fn signals(&self) -> &'static [Signal] {
+        &[Signal::Metrics]
+    }
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        self.validate_arrow(cfg)
+    }
+    fn create(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+        next: ConsumerRef,
+    ) -> Result<NodeRef, ComponentError> {
+        inferwatch_core::arrow::stage::build_single(ctx, self, cfg, signal, next)
+    }
+    fn arrow(&self) -> Option<&dyn ArrowProcessorFactory> {
+        Some(self)
+    }
+}
+
+impl ArrowProcessorFactory for ZscoreSkewFactory {
+    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        parse_config::<ZscoreSkewConfig>(cfg)?.check().map(|_| ())
+    }
+    fn create_arrow(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+    ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
+        if signal != Signal::Metrics {
+            return Err(ComponentError::Start(format!("zscore_skew reads metrics, not {}", signal.as_str())));
+        }
+        Ok(Box::new(ZscoreSkew::new(&ctx, cfg)?))
+    }
+}
+
+/// How many scores took each path since the start (see [`window::Path`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathCounts {
+    /// From the running sums.
+    pub fast: u64,
+    /// After rebuilding the sums.
+    pub rebuilt: u64,
+    /// From the exact two-pass path.
+    pub exact: u64,
+}
+
+/// The running processor.
+pub struct ZscoreSkew {
+    cfg: Checked,
+    state: State,
+    name: String,
+    evicted_idle: Counter,
+    evicted_max: Counter,
+    paths: PathCounts,
+}
+
+impl ZscoreSkew {
+    /// A processor with the settings `cfg` (as `create_arrow` builds it; public for benchmarks).
+    pub fn new(ctx: &CreateContext, cfg: &serde_json::Value) -> Result<Self, ComponentError> {
+        let cfg = parse_config::<ZscoreSkewConfig>(cfg)?.check()?;
+        Ok(ZscoreSkew {
+            state: State::new(cfg.params),
+            cfg,
+            name: ctx.id.to_string(),
+            evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
+            evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
+            paths: PathCounts::default(),
+        })
+    }
+
+    /// Bytes of state held, estimated (see [`State::approx_bytes`]).
+    pub fn approx_state_bytes(&self) -> usize {
+        self.state.approx_bytes()
+    }
+
+    /// How many scores took each computation path.
+    pub fn path_counts(&self) -> PathCounts {
+        self.paths
+    }
+
+    fn corrupt(&self, message: impl std::fmt::Display) -> StateError {
+        StateError::Corrupt { key: self.name.clone(), message: message.to_string() }
+    }
+}
+
+fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, ConvError> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| ConvError::Schema(format!("zscore_skew: no column {name} of the expected type")))
+}
+
+impl ArrowProcessor for ZscoreSkew {
+    fn needs(&self) -> Needs {
+        Needs {
+            signal: Signal::Metrics,
+            columns: vec![
+                schema::SERIES_ID,
+                schema::METRIC_NAME,
+                schema::KIND,
+                schema::VALUE,
+                schema::TIME,
+                schema::SERVICE_NAME,
+                schema::SERVICE_VERSION,
+                schema::SERVICE_INSTANCE_ID,
+                schema::RESOURCE_ATTRIBUTES,
+                schema::RESOURCE_DROPPED,
+                schema::SCOPE_NAME,
+                schema::SCOPE_VERSION,
+                schema::SCOPE_ATTRIBUTES,
+                schema::SCOPE_DROPPED,
+                schema::ATTRIBUTES,
+            ],
+        }
+    }
+
+    fn allowed_lateness_ns(&self) -> u64 {
+        0
+    }
+
+    fn process(&mut self, batch: &RecordBatch, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        let ids = column::<UInt64Array>(batch, schema::SERIES_ID)?;
+        let names = column::<StringArray>(batch, schema::METRIC_NAME)?;
+        let kinds = column::<UInt8Array>(batch, schema::KIND)?;
+        let values = column::<Float64Array>(batch, schema::VALUE)?;
+        let times = inferwatch_core::arrow::time_column(batch)?;
+        let (w, step, level) = (self.cfg.params.window as u64, self.cfg.step, self.cfg.level);
+        let filter = &self.cfg.metrics;
+        let mut output = Output::new();
+        let (mut evicted, mut skipped) = (0usize, 0usize);
+        for row in 0..batch.num_rows() {
+            let kind = kinds.value(row);
+            if (kind != schema::kind::GAUGE && kind != schema::kind::SUM) || values.is_null(row) {
+                continue;
+            }
+            let x = values.value(row);
+            if !x.is_finite() {
+                skipped += 1;
+                continue;
+            }
+            // The column holds the OTLP fixed64 bit pattern.
+            let time = times.value(row) as u64;
+            let (series, n) = self.state.series(ids.value(row), time, || {
+                let name = names.value(row);
+                if !filter.contains(name) {
+                    return Ok::<_, ConvError>(None);
+                }
+                Ok(Some(SeriesMeta {
+                    metric: name.to_string(),
+                    resource: metrics::row_resource(batch, row)?,
+                    scope: metrics::row_scope(batch, row)?,
+                    attributes: metrics::row_attributes(batch, row)?,
+                }))
+            })?;
+            evicted += n;
+            let Some(s) = series else { continue };
+            let i = s.seen;
+            if i >= w
+                && (i - w) % step == 0
+                && let Some(sc) = s.window.score(x)
+            {
+                match sc.path {
+                    Path::Fast => self.paths.fast += 1,
+                    Path::Rebuilt => self.paths.rebuilt += 1,
+                    Path::Exact => self.paths.exact += 1,
+                }
+                let m = &s.meta;
+                output.score(
+                    &m.resource,
+                    &m.scope,
+                    &m.attributes,
+                    time,
+                    DETECTOR,
+                    &m.metric,
+                    sc.score,
+                    detect::linear_level(sc.score, level.zero, level.one),
+                    &[
+                        kv_i64("window", w as i64),
+                        kv_f64("zscore.mean", sc.mean),
+                        kv_f64("zscore.std", sc.std),
+                        kv_f64("zscore.skew", sc.skew),
+                        kv_f64("value", x),
+                    ],
+                );
+            }
+            s.window.push(x);
+            s.seen += 1;
+        }
+        if evicted > 0 {
+            self.evicted_max.inc_by(evicted as u64);
+            tracing::debug!(processor = %self.name, evicted, "series evicted at max_series");
+        }
+        if skipped > 0 {
+            tracing::debug!(processor = %self.name, skipped, "NaN or infinite points skipped");
+        }
+        output.emit(out)
+    }
+
+    fn advance(&mut self, watermark_ns: u64, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        // The end of input (u64::MAX) has nothing to emit: the series are kept, not counted as idle.
+        if watermark_ns == u64::MAX {
+            return Ok(());
+        }
+        let idle = self.state.evict_idle(watermark_ns);
+        if idle > 0 {
+            self.evicted_idle.inc_by(idle as u64);
+            tracing::debug!(processor = %self.name, idle, "idle series forgotten");
+        }
+        Ok(())
+    }
+
+    fn state_version(&self) -> u32 {
+        STATE_VERSION
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, StateError> {
+        self.state.snapshot().map_err(|e| self.corrupt(format!("cannot serialize zscore_skew state: {e}")))
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let mut fresh = State::new(self.cfg.params);
+        fresh.restore(bytes).map_err(|e| self.corrupt(format!("zscore_skew state: {e}")))?;
+        self.state = fresh;
+        Ok(())
+    }
+
+    fn series_count(&self) -> usize {
+        self.state.series_count()
+    }
+}
