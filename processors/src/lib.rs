@@ -1,12 +1,16 @@
 //! inferwatch processors and connectors: `batch`, `memory_limiter`, `window_stats`, the `forward` and
 //! `llm_signals` connectors.
 
+pub mod alerts;
 pub mod batch;
+pub mod delta_ab;
 pub mod detect;
 pub mod forward;
+pub mod kv_pressure;
 pub mod llm_signals;
 pub mod memory_limiter;
 pub mod window_stats;
+pub mod zscore_skew;
 
 use inferwatch_core::registry::Registry;
 use std::sync::Arc;
@@ -16,6 +20,10 @@ pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(batch::BatchFactory));
     reg.add_processor(Arc::new(memory_limiter::MemoryLimiterFactory));
     reg.add_processor(Arc::new(window_stats::WindowStatsFactory));
+    reg.add_processor(Arc::new(zscore_skew::ZscoreSkewFactory));
+    reg.add_processor(Arc::new(delta_ab::DeltaAbFactory));
+    reg.add_processor(Arc::new(kv_pressure::KvPressureFactory));
+    reg.add_connector(Arc::new(alerts::AlertsFactory));
     reg.add_connector(Arc::new(forward::ForwardFactory));
     reg.add_connector(Arc::new(llm_signals::LlmSignalsFactory));
 }
