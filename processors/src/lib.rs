@@ -9,6 +9,7 @@ pub mod forward;
 pub mod kv_pressure;
 pub mod llm_signals;
 pub mod memory_limiter;
+pub mod trend_forecast;
 pub mod window_stats;
 pub mod zscore_skew;
 
@@ -20,6 +21,7 @@ pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(batch::BatchFactory));
     reg.add_processor(Arc::new(memory_limiter::MemoryLimiterFactory));
     reg.add_processor(Arc::new(window_stats::WindowStatsFactory));
+    reg.add_processor(Arc::new(trend_forecast::TrendForecastFactory));
     reg.add_processor(Arc::new(zscore_skew::ZscoreSkewFactory));
     reg.add_processor(Arc::new(delta_ab::DeltaAbFactory));
     reg.add_processor(Arc::new(kv_pressure::KvPressureFactory));

@@ -1,0 +1,256 @@
+//! Processor `trend_forecast`: the early warning. Per series, hourly (configurable) event-time
+//! aggregates feed a rolling history; at each closed aggregate the daily and weekly seasons are
+//! removed, a Mann-Kendall test with the Hamed-Rao autocorrelation correction decides whether a
+//! trend toward the threshold is significant, a Theil-Sen slope with Sen's interval forecasts when
+//! the trend level plus the seasonal peak crosses the threshold, and the detector emits
+//! `llm.slo.breach_eta` (s), `llm.anomaly.score` and `llm.anomaly.level`. Semantics, level mapping and
+//! state size: docs/detectors/trend_forecast.md.
+
+pub mod aggregate;
+pub mod config;
+pub mod forecast;
+pub mod mann_kendall;
+pub mod normal;
+pub mod season;
+pub mod state;
+pub mod theil_sen;
+
+use crate::detect::{self, Output, Point, kv_f64, kv_i64, kv_str};
+use arrow_array::{Array, Float64Array, RecordBatch, StringArray, UInt8Array, UInt64Array};
+use config::{Checked, TrendForecastConfig};
+use forecast::Assessment;
+use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, metrics, schema};
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, NodeRef, ProcessorFactory, parse_config};
+use inferwatch_core::consumer::ConsumerRef;
+use inferwatch_core::pdata::Signal;
+use inferwatch_core::state::StateError;
+use prometheus_client::metrics::counter::Counter;
+use state::{Closed, SeriesMeta, Skip, State};
+
+/// Version of the checkpoint format written by [`TrendForecast`].
+pub const STATE_VERSION: u32 = 1;
+
+/// The `detector` attribute of the outputs.
+pub const DETECTOR: &str = "trend_forecast";
+
+/// Factory of `trend_forecast`.
+pub struct TrendForecastFactory;
+
+impl ProcessorFactory for TrendForecastFactory {
+    fn type_name(&self) -> &'static str {
+        DETECTOR
+    }
+    fn signals(&self) -> &'static [Signal] {
+        &[Signal::Metrics]
+    }
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        self.validate_arrow(cfg)
+    }
+    fn create(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+        next: ConsumerRef,
+    ) -> Result<NodeRef, ComponentError> {
+        inferwatch_core::arrow::stage::build_single(ctx, self, cfg, signal, next)
+    }
+    fn arrow(&self) -> Option<&dyn ArrowProcessorFactory> {
+        Some(self)
+    }
+}
+
+impl ArrowProcessorFactory for TrendForecastFactory {
+    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        parse_config::<TrendForecastConfig>(cfg)?.check().map(|_| ())
+    }
+    fn create_arrow(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+    ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
+        if signal != Signal::Metrics {
+            return Err(ComponentError::Start(format!("trend_forecast reads metrics, not {}", signal.as_str())));
+        }
+        let checked = parse_config::<TrendForecastConfig>(cfg)?.check()?;
+        Ok(Box::new(TrendForecast::new(checked, &ctx)))
+    }
+}
+
+/// The running processor.
+pub struct TrendForecast {
+    cfg: Checked,
+    state: State,
+    name: String,
+    evicted_idle: Counter,
+    evicted_max: Counter,
+}
+
+impl TrendForecast {
+    fn new(cfg: Checked, ctx: &CreateContext) -> Self {
+        TrendForecast {
+            state: State::new(cfg.state),
+            cfg,
+            name: ctx.id.to_string(),
+            evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
+            evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
+        }
+    }
+
+    fn corrupt(&self, message: impl std::fmt::Display) -> StateError {
+        StateError::Corrupt { key: self.name.clone(), message: message.to_string() }
+    }
+}
+
+fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, ConvError> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| ConvError::Schema(format!("trend_forecast: no column {name} of the expected type")))
+}
+
+/// The outputs of one assessment, at the end of the aggregate that closed.
+fn push_outputs(out: &mut Output, c: &Closed<'_>, a: &Assessment, threshold: f64) {
+    let m = c.meta;
+    let w = &a.window;
+    let mut evidence = vec![
+        kv_f64("threshold", threshold),
+        kv_f64("value", a.value),
+        kv_f64("p_value", w.mk.p),
+        kv_f64("slope_per_day", a.slope_per_day),
+        kv_f64("window", w.span_s),
+        kv_i64("points", w.n as i64),
+        kv_i64("seasons_fitted", a.seasons_fitted as i64),
+    ];
+    if let Some((eta, lo, hi)) = a.forecast {
+        evidence.extend([kv_f64("eta", eta), kv_f64("eta_low", lo), kv_f64("eta_high", hi)]);
+    }
+    out.score(&m.resource, &m.scope, &m.attributes, c.end_ns, DETECTOR, &m.metric, a.score, a.level, &evidence);
+    let Some((eta, lo, hi)) = a.forecast else { return };
+    if !eta.is_finite() {
+        return;
+    }
+    let mut attrs = vec![kv_str("detector", DETECTOR), kv_str("metric", m.metric.clone())];
+    attrs.extend(m.attributes.iter().filter(|kv| kv.key != "detector" && kv.key != "metric").cloned());
+    attrs.extend([kv_f64("eta_low", lo), kv_f64("eta_high", hi), kv_f64("slope_per_day", a.slope_per_day)]);
+    attrs.push(kv_f64("p_value", w.mk.p));
+    out.push(Point {
+        resource: m.resource.clone(),
+        scope: m.scope.clone(),
+        name: detect::BREACH_ETA,
+        unit: "s",
+        time_ns: c.end_ns,
+        value: eta,
+        attributes: attrs,
+    });
+}
+
+impl ArrowProcessor for TrendForecast {
+    fn needs(&self) -> Needs {
+        Needs {
+            signal: Signal::Metrics,
+            columns: vec![
+                schema::SERIES_ID,
+                schema::METRIC_NAME,
+                schema::KIND,
+                schema::VALUE,
+                schema::TIME,
+                schema::SERVICE_NAME,
+                schema::SERVICE_VERSION,
+                schema::SERVICE_INSTANCE_ID,
+                schema::RESOURCE_ATTRIBUTES,
+                schema::RESOURCE_DROPPED,
+                schema::SCOPE_NAME,
+                schema::SCOPE_VERSION,
+                schema::SCOPE_ATTRIBUTES,
+                schema::SCOPE_DROPPED,
+                schema::ATTRIBUTES,
+            ],
+        }
+    }
+
+    fn allowed_lateness_ns(&self) -> u64 {
+        self.cfg.lateness_ns
+    }
+
+    fn process(&mut self, batch: &RecordBatch, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        let ids = column::<UInt64Array>(batch, schema::SERIES_ID)?;
+        let names = column::<StringArray>(batch, schema::METRIC_NAME)?;
+        let kinds = column::<UInt8Array>(batch, schema::KIND)?;
+        let values = column::<Float64Array>(batch, schema::VALUE)?;
+        let times = inferwatch_core::arrow::time_column(batch)?;
+        let metric = &self.cfg.metric;
+        let (mut late, mut evicted) = (0u64, 0usize);
+        for row in 0..batch.num_rows() {
+            let kind = kinds.value(row);
+            if (kind != schema::kind::GAUGE && kind != schema::kind::SUM) || values.is_null(row) {
+                continue;
+            }
+            let value = values.value(row);
+            if !value.is_finite() {
+                continue;
+            }
+            // The column holds the OTLP fixed64 bit pattern.
+            let time = times.value(row) as u64;
+            let added = self.state.add(ids.value(row), time, value, || {
+                let name = names.value(row);
+                if name != metric.as_str() {
+                    return Ok(None);
+                }
+                Ok::<_, ConvError>(Some(SeriesMeta {
+                    metric: name.to_string(),
+                    resource: metrics::row_resource(batch, row)?,
+                    scope: metrics::row_scope(batch, row)?,
+                    attributes: metrics::row_attributes(batch, row)?,
+                }))
+            })?;
+            match added {
+                Ok(n) => evicted += n,
+                Err(Skip::Late) => late += 1,
+                Err(Skip::Filtered) => {}
+            }
+        }
+        if evicted > 0 {
+            self.evicted_max.inc_by(evicted as u64);
+            tracing::debug!(processor = %self.name, evicted, "series evicted at max_series");
+        }
+        if late > 0 {
+            tracing::debug!(processor = %self.name, late, "points before the watermark ignored");
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, watermark_ns: u64, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        let mut output = Output::new();
+        let (params, threshold) = (&self.cfg.forecast, self.cfg.forecast.threshold);
+        let idle = self.state.close_until(watermark_ns, |c| {
+            if let Some(a) = forecast::assess(&c.history, params) {
+                push_outputs(&mut output, &c, &a, threshold);
+            }
+        });
+        if idle > 0 {
+            self.evicted_idle.inc_by(idle as u64);
+        }
+        output.emit(out)
+    }
+
+    fn state_version(&self) -> u32 {
+        STATE_VERSION
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, StateError> {
+        self.state.snapshot().map_err(|e| self.corrupt(format!("cannot serialize trend_forecast state: {e}")))
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let mut fresh = State::new(self.cfg.state);
+        fresh.restore(bytes).map_err(|e| self.corrupt(format!("trend_forecast state: {e}")))?;
+        self.state = fresh;
+        Ok(())
+    }
+
+    fn series_count(&self) -> usize {
+        self.state.series_count()
+    }
+}
