@@ -275,7 +275,10 @@ fn read(out: &[RecordBatch]) -> Vec<Got> {
                 }
             }
         }
-        assert_eq!(pts.len() % 2, 0);
+        // Scores and levels come as two Metrics per scope, each in input order: pair them up.
+        let (scores, levels): (Vec<_>, Vec<_>) = pts.into_iter().partition(|(n, _)| n == SCORE);
+        assert_eq!(scores.len(), levels.len());
+        let pts: Vec<(String, NumberDataPoint)> = scores.into_iter().zip(levels).flat_map(|(s, l)| [s, l]).collect();
         for pair in pts.chunks(2) {
             let ((n0, s), (n1, l)) = (&pair[0], &pair[1]);
             assert_eq!((n0.as_str(), n1.as_str()), (SCORE, LEVEL));

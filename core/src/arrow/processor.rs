@@ -53,3 +53,36 @@ pub trait ArrowProcessorFactory: Send + Sync {
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError>;
 }
+
+/// Implements `ProcessorFactory` for a type implementing [`ArrowProcessorFactory`]: the
+/// processor runs in an Arrow stage (alone through `build_single`, or fused with its adjacent
+/// Arrow processors by the pipeline builder). Usage:
+/// `inferwatch_core::arrow_processor_factory!(MyFactory, "my_type", &[Signal::Metrics]);`
+#[macro_export]
+macro_rules! arrow_processor_factory {
+    ($ty:ty, $name:expr, $signals:expr) => {
+        impl $crate::component::ProcessorFactory for $ty {
+            fn type_name(&self) -> &'static str {
+                $name
+            }
+            fn signals(&self) -> &'static [$crate::pdata::Signal] {
+                $signals
+            }
+            fn validate(&self, cfg: &::serde_json::Value) -> Result<(), $crate::component::FieldError> {
+                $crate::arrow::ArrowProcessorFactory::validate_arrow(self, cfg)
+            }
+            fn create(
+                &self,
+                ctx: $crate::component::CreateContext,
+                cfg: &::serde_json::Value,
+                signal: $crate::pdata::Signal,
+                next: $crate::consumer::ConsumerRef,
+            ) -> Result<$crate::component::NodeRef, $crate::component::ComponentError> {
+                $crate::arrow::stage::build_single(ctx, self, cfg, signal, next)
+            }
+            fn arrow(&self) -> Option<&dyn $crate::arrow::ArrowProcessorFactory> {
+                Some(self)
+            }
+        }
+    };
+}

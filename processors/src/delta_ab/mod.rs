@@ -16,8 +16,7 @@ pub mod verdict;
 use crate::detect::{Output, kv_f64, kv_i64, kv_str};
 use arrow_array::RecordBatch;
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, schema};
-use inferwatch_core::component::{ComponentError, CreateContext, FieldError, NodeRef, ProcessorFactory, parse_config};
-use inferwatch_core::consumer::ConsumerRef;
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, parse_config};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::settings::GoDuration;
 use inferwatch_core::state::StateError;
@@ -232,29 +231,7 @@ impl DeltaAbConfig {
 /// Factory of `delta_ab`.
 pub struct DeltaAbFactory;
 
-impl ProcessorFactory for DeltaAbFactory {
-    fn type_name(&self) -> &'static str {
-        "delta_ab"
-    }
-    fn signals(&self) -> &'static [Signal] {
-        &[Signal::Metrics]
-    }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        self.validate_arrow(cfg)
-    }
-    fn create(
-        &self,
-        ctx: CreateContext,
-        cfg: &serde_json::Value,
-        signal: Signal,
-        next: ConsumerRef,
-    ) -> Result<NodeRef, ComponentError> {
-        inferwatch_core::arrow::stage::build_single(ctx, self, cfg, signal, next)
-    }
-    fn arrow(&self) -> Option<&dyn ArrowProcessorFactory> {
-        Some(self)
-    }
-}
+inferwatch_core::arrow_processor_factory!(DeltaAbFactory, "delta_ab", &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for DeltaAbFactory {
     fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {

@@ -17,8 +17,7 @@ use crate::detect::{Output, kv_f64, kv_i64, kv_str};
 use arrow_array::RecordBatch;
 use assess::{Flags, Input, Thresholds};
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, schema};
-use inferwatch_core::component::{ComponentError, CreateContext, FieldError, NodeRef, ProcessorFactory, parse_config};
-use inferwatch_core::consumer::ConsumerRef;
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, parse_config};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::settings::GoDuration;
 use inferwatch_core::state::StateError;
@@ -165,29 +164,7 @@ impl KvPressureConfig {
 /// Factory of `kv_pressure`.
 pub struct KvPressureFactory;
 
-impl ProcessorFactory for KvPressureFactory {
-    fn type_name(&self) -> &'static str {
-        "kv_pressure"
-    }
-    fn signals(&self) -> &'static [Signal] {
-        &[Signal::Metrics]
-    }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        self.validate_arrow(cfg)
-    }
-    fn create(
-        &self,
-        ctx: CreateContext,
-        cfg: &serde_json::Value,
-        signal: Signal,
-        next: ConsumerRef,
-    ) -> Result<NodeRef, ComponentError> {
-        inferwatch_core::arrow::stage::build_single(ctx, self, cfg, signal, next)
-    }
-    fn arrow(&self) -> Option<&dyn ArrowProcessorFactory> {
-        Some(self)
-    }
-}
+inferwatch_core::arrow_processor_factory!(KvPressureFactory, "kv_pressure", &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for KvPressureFactory {
     fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {

@@ -20,8 +20,7 @@ use arrow_array::{Array, Float64Array, RecordBatch, StringArray, UInt8Array, UIn
 use config::{Checked, TrendForecastConfig};
 use forecast::Assessment;
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, metrics, schema};
-use inferwatch_core::component::{ComponentError, CreateContext, FieldError, NodeRef, ProcessorFactory, parse_config};
-use inferwatch_core::consumer::ConsumerRef;
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, parse_config};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::state::StateError;
 use prometheus_client::metrics::counter::Counter;
@@ -36,29 +35,7 @@ pub const DETECTOR: &str = "trend_forecast";
 /// Factory of `trend_forecast`.
 pub struct TrendForecastFactory;
 
-impl ProcessorFactory for TrendForecastFactory {
-    fn type_name(&self) -> &'static str {
-        DETECTOR
-    }
-    fn signals(&self) -> &'static [Signal] {
-        &[Signal::Metrics]
-    }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        self.validate_arrow(cfg)
-    }
-    fn create(
-        &self,
-        ctx: CreateContext,
-        cfg: &serde_json::Value,
-        signal: Signal,
-        next: ConsumerRef,
-    ) -> Result<NodeRef, ComponentError> {
-        inferwatch_core::arrow::stage::build_single(ctx, self, cfg, signal, next)
-    }
-    fn arrow(&self) -> Option<&dyn ArrowProcessorFactory> {
-        Some(self)
-    }
-}
+inferwatch_core::arrow_processor_factory!(TrendForecastFactory, DETECTOR, &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for TrendForecastFactory {
     fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {

@@ -12,8 +12,7 @@ pub mod window;
 use crate::detect::{self, Output, kv_f64, kv_i64};
 use arrow_array::{Array, Float64Array, RecordBatch, StringArray, UInt8Array, UInt64Array};
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, metrics, schema};
-use inferwatch_core::component::{ComponentError, CreateContext, FieldError, NodeRef, ProcessorFactory, parse_config};
-use inferwatch_core::consumer::ConsumerRef;
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, parse_config};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::settings::GoDuration;
 use inferwatch_core::state::StateError;
@@ -133,29 +132,7 @@ impl ZscoreSkewConfig {
 /// Factory of `zscore_skew`.
 pub struct ZscoreSkewFactory;
 
-impl ProcessorFactory for ZscoreSkewFactory {
-    fn type_name(&self) -> &'static str {
-        DETECTOR
-    }
-    fn signals(&self) -> &'static [Signal] {
-        &[Signal::Metrics]
-    }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        self.validate_arrow(cfg)
-    }
-    fn create(
-        &self,
-        ctx: CreateContext,
-        cfg: &serde_json::Value,
-        signal: Signal,
-        next: ConsumerRef,
-    ) -> Result<NodeRef, ComponentError> {
-        inferwatch_core::arrow::stage::build_single(ctx, self, cfg, signal, next)
-    }
-    fn arrow(&self) -> Option<&dyn ArrowProcessorFactory> {
-        Some(self)
-    }
-}
+inferwatch_core::arrow_processor_factory!(ZscoreSkewFactory, DETECTOR, &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for ZscoreSkewFactory {
     fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
