@@ -11,6 +11,24 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, Key
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use std::collections::HashMap;
 
+/// The metrics-schema columns [`Rows`] reads (what a processor built on it declares in `needs`).
+pub const COLUMNS: &[&str] = &[
+    schema::RESOURCE_INDEX,
+    schema::SCOPE_INDEX,
+    schema::METRIC_NAME,
+    schema::KIND,
+    schema::VALUE,
+    schema::TIME,
+    schema::SERVICE_NAME,
+    schema::SERVICE_VERSION,
+    schema::SERVICE_INSTANCE_ID,
+    schema::RESOURCE_ATTRIBUTES,
+    schema::SCOPE_NAME,
+    schema::SCOPE_VERSION,
+    schema::SCOPE_ATTRIBUTES,
+    schema::ATTRIBUTES,
+];
+
 /// One number data point (gauge or sum) with a finite value.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NumberPoint<'a> {

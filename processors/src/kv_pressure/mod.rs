@@ -267,25 +267,7 @@ impl KvPressure {
 
 impl ArrowProcessor for KvPressure {
     fn needs(&self) -> Needs {
-        Needs {
-            signal: Signal::Metrics,
-            columns: vec![
-                schema::RESOURCE_INDEX,
-                schema::SCOPE_INDEX,
-                schema::METRIC_NAME,
-                schema::KIND,
-                schema::VALUE,
-                schema::TIME,
-                schema::SERVICE_NAME,
-                schema::SERVICE_VERSION,
-                schema::SERVICE_INSTANCE_ID,
-                schema::RESOURCE_ATTRIBUTES,
-                schema::SCOPE_NAME,
-                schema::SCOPE_VERSION,
-                schema::SCOPE_ATTRIBUTES,
-                schema::ATTRIBUTES,
-            ],
-        }
+        Needs { signal: Signal::Metrics, columns: rows::COLUMNS.to_vec() }
     }
 
     fn allowed_lateness_ns(&self) -> u64 {
