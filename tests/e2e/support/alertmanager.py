@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import requests
 
 from .agent import REPO, free_port
+from .server_process import ServerProcess
 
 DEPLOY_CONFIG = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
 
@@ -33,8 +32,10 @@ def binary() -> str:
     pytest.skip(msg)
 
 
-class Alertmanager:
+class Alertmanager(ServerProcess):
     """One Alertmanager process: its config, storage and log live under `workdir`."""
+
+    name = "alertmanager"
 
     def __init__(self, workdir: Path, config_text: str) -> None:
         self.workdir = workdir
@@ -44,10 +45,8 @@ class Alertmanager:
         self.data_dir = workdir / "alertmanager-data"
         self.log_path = workdir / "alertmanager.log"
         self.config_path.write_text(config_text)
-        self.proc: Optional[subprocess.Popen] = None
-        self._log = None
 
-    def start(self, timeout: float = 60.0) -> "Alertmanager":
+    def command(self) -> list[str]:
         args = [
             binary(),
             f"--config.file={self.config_path}",
@@ -56,42 +55,7 @@ class Alertmanager:
             "--cluster.listen-address=",  # no gossip: a single, isolated instance
             "--log.level=info",
         ]
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=self.workdir)
-        deadline = time.monotonic() + timeout
-        last = "not polled"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"alertmanager exited with {self.proc.returncode} while starting:\n{self.log()}")
-            try:
-                r = requests.get(f"{self.url}/-/ready", timeout=1)
-                last = f"/-/ready {r.status_code}"
-                if r.status_code == 200:
-                    return self
-            except requests.RequestException as e:
-                last = f"/-/ready: {e.__class__.__name__}"
-            time.sleep(0.1)  # polling interval, not synchronisation
-        raise AssertionError(f"alertmanager not ready after {timeout}s ({last}):\n{self.log()}")
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if self._log:
-            self._log.close()
-            self._log = None
-
-    def log(self, tail: int = 20000) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return text if len(text) <= tail else "...(cut)...\n" + text[-tail:]
+        return args
 
     # --- API v2 ---------------------------------------------------------------------------------
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -17,6 +16,7 @@ import requests
 
 from . import yamlgen
 from .agent import free_port
+from .server_process import ServerProcess
 
 
 def binary() -> str:
@@ -30,8 +30,10 @@ def binary() -> str:
     pytest.skip(msg)
 
 
-class Prometheus:
+class Prometheus(ServerProcess):
     """One Prometheus process: its config, TSDB directory and log live under `workdir`."""
+
+    name = "prometheus"
 
     def __init__(self, workdir: Path, scrape: dict[str, str], *, interval: str = "1s",
                  remote_write_receiver: bool = True) -> None:
@@ -58,14 +60,12 @@ class Prometheus:
             ],
         }
         self.config_path.write_text(yamlgen.dump(cfg))
-        self.proc: Optional[subprocess.Popen] = None
-        self._log = None
 
     @property
     def remote_write_url(self) -> str:
         return f"{self.url}/api/v1/write"
 
-    def start(self, timeout: float = 60.0) -> "Prometheus":
+    def command(self) -> list[str]:
         args = [
             binary(),
             f"--config.file={self.config_path}",
@@ -75,42 +75,7 @@ class Prometheus:
         ]
         if self.remote_write_receiver:
             args.append("--web.enable-remote-write-receiver")
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=self.workdir)
-        deadline = time.monotonic() + timeout
-        last = "not polled"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"prometheus exited with {self.proc.returncode} while starting:\n{self.log()}")
-            try:
-                r = requests.get(f"{self.url}/-/ready", timeout=1)
-                last = f"/-/ready {r.status_code}"
-                if r.status_code == 200:
-                    return self
-            except requests.RequestException as e:
-                last = f"/-/ready: {e.__class__.__name__}"
-            time.sleep(0.1)  # polling interval, not synchronisation
-        raise AssertionError(f"prometheus not ready after {timeout}s ({last}):\n{self.log()}")
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if self._log:
-            self._log.close()
-            self._log = None
-
-    def log(self, tail: int = 20000) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return text if len(text) <= tail else "...(cut)...\n" + text[-tail:]
+        return args
 
     # --- HTTP API -------------------------------------------------------------------------------
 
