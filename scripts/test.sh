@@ -151,11 +151,14 @@ if [[ $QUICK -eq 0 ]]; then
     step "cargo fmt --check" cargo fmt --all -- --check
     step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 fi
+# The venv first: it also holds ONNX Runtime (the onnxruntime wheel's libonnxruntime.so), which
+# the lstm_ae tests of `cargo test` load; with INFERWATCH_REQUIRE_ORT=1 they fail instead of skipping.
+step "python venv + requirements" ensure_venv
+export INFERWATCH_REQUIRE_ORT=1
 if [[ $CARGO_TESTS -eq 1 ]]; then
     step "cargo test" cargo test --workspace
 fi
 if [[ $E2E -eq 1 ]]; then
-    step "python venv + requirements" ensure_venv
     step "promtool" ensure_promtool
     step "alertmanager" ensure_alertmanager
     step "cargo build --release" cargo build --release --bin inferwatch

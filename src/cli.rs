@@ -32,6 +32,10 @@ pub enum Command {
     Bench(Box<inferwatch_probe::BenchArgs>),
     /// Simulator + fault + agent + bench client, with the golden signals live.
     Demo(crate::demo::DemoArgs),
+    /// Score the detectors on the scenario library (--scenarios DIR) or the NAB corpus (--nab DIR).
+    Eval(Box<crate::eval::EvalArgs>),
+    /// Train the lstm_ae model from recorded Parquet (runs scripts/lstm_ae/train.py); writes NAME.onnx + NAME.json.
+    TrainLstmAe(Box<crate::train::TrainArgs>),
 }
 
 impl Default for Command {

@@ -9,6 +9,7 @@ pub fn registry() -> Registry {
     inferwatch_receivers::register(&mut r);
     inferwatch_processors::register(&mut r);
     inferwatch_exporters::register(&mut r);
+    inferwatch_ml::register(&mut r);
     r.add_extension(Arc::new(inferwatch_core::extension::health_check::HealthCheckFactory));
     r.add_extension(Arc::new(inferwatch_core::extension::storage::StorageFactory));
     r

@@ -2,8 +2,10 @@
 
 mod cli;
 mod demo;
+mod eval;
 mod replay;
 mod run;
+mod train;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -54,6 +56,14 @@ fn main() -> ExitCode {
         cli::Command::Demo(args) => {
             cli::init_logging(Some(level.as_deref().unwrap_or("warn")));
             demo::run(args)
+        }
+        cli::Command::Eval(args) => {
+            cli::init_logging(Some(level.as_deref().unwrap_or("warn")));
+            eval::run(*args)
+        }
+        cli::Command::TrainLstmAe(args) => {
+            cli::init_logging(Some(level.as_deref().unwrap_or("warn")));
+            train::run(*args)
         }
         cli::Command::Components => {
             run::print_components();

@@ -62,6 +62,9 @@ pub struct Telemetry {
     checkpoints: CounterFamily,
     replay_items: CounterFamily,
     scrape_failures: CounterFamily,
+    nvml_available: GaugeFamily,
+    runtime_available: GaugeFamily,
+    gpu_enrich_items: CounterFamily,
     process_rss: Gauge,
     process_cpu: Counter<f64, AtomicU64>,
     process_uptime: Counter<f64, AtomicU64>,
@@ -188,6 +191,24 @@ impl Telemetry {
             "Failed scrapes of the prometheus receiver, by job, target and reason",
             scrape_failures.clone(),
         );
+        let nvml_available = GaugeFamily::default();
+        r.register(
+            "inferwatch_nvml_available",
+            "1 when an nvml receiver samples GPUs through NVML, 0 when it idles without it",
+            nvml_available.clone(),
+        );
+        let runtime_available = GaugeFamily::default();
+        r.register(
+            "inferwatch_lstm_ae_runtime_available",
+            "1 when a learned detector has ONNX Runtime loaded, 0 when it is disabled without it",
+            runtime_available.clone(),
+        );
+        let gpu_enrich_items = CounterFamily::default();
+        r.register(
+            "inferwatch_gpu_enrich_items",
+            "Items gpu_enrich saw, by processor, signal and result (matched, unmatched)",
+            gpu_enrich_items.clone(),
+        );
         let process_rss = Gauge::default();
         r.register(
             "otelcol_process_memory_rss",
@@ -218,6 +239,9 @@ impl Telemetry {
             checkpoints,
             replay_items,
             scrape_failures,
+            nvml_available,
+            runtime_available,
+            gpu_enrich_items,
             process_rss,
             process_cpu,
             process_uptime,
@@ -304,6 +328,28 @@ impl Telemetry {
         let l: Labels =
             vec![("job".into(), job.into()), ("target".into(), target.into()), ("reason".into(), reason.into())];
         self.scrape_failures.get_or_create(&l).clone()
+    }
+
+    /// Gauge of one nvml receiver: 1 while NVML works, 0 while it idles without it.
+    pub fn nvml_available(&self, receiver: &ComponentId) -> Gauge {
+        let l: Labels = vec![("receiver".into(), receiver.to_string())];
+        self.nvml_available.get_or_create(&l).clone()
+    }
+
+    /// Gauge of one learned-detector processor: 1 with ONNX Runtime loaded, 0 when disabled without it.
+    pub fn lstm_ae_runtime_available(&self, processor: &ComponentId) -> Gauge {
+        let l: Labels = vec![("processor".into(), processor.to_string())];
+        self.runtime_available.get_or_create(&l).clone()
+    }
+
+    /// Counter of items `processor` saw on `signal` with `result` (`matched`, `unmatched`).
+    pub fn gpu_enrich_items(&self, processor: &ComponentId, signal: Signal, result: &str) -> Counter {
+        let l: Labels = vec![
+            ("processor".into(), processor.to_string()),
+            ("data_type".into(), signal.as_str().into()),
+            ("result".into(), result.into()),
+        ];
+        self.gpu_enrich_items.get_or_create(&l).clone()
     }
 
     /// Renders every metric in the OpenMetrics text format.

@@ -3,9 +3,11 @@
 
 pub mod alerts;
 pub mod batch;
+pub mod coupled_model;
 pub mod delta_ab;
 pub mod detect;
 pub mod forward;
+pub mod gpu_enrich;
 pub mod kv_pressure;
 pub mod llm_signals;
 pub mod memory_limiter;
@@ -25,6 +27,8 @@ pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(zscore_skew::ZscoreSkewFactory));
     reg.add_processor(Arc::new(delta_ab::DeltaAbFactory));
     reg.add_processor(Arc::new(kv_pressure::KvPressureFactory));
+    reg.add_processor(Arc::new(coupled_model::CoupledModelFactory));
+    reg.add_processor(Arc::new(gpu_enrich::GpuEnrichFactory));
     reg.add_connector(Arc::new(alerts::AlertsFactory));
     reg.add_connector(Arc::new(forward::ForwardFactory));
     reg.add_connector(Arc::new(llm_signals::LlmSignalsFactory));

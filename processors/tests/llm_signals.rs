@@ -1022,3 +1022,94 @@ async fn llm_signals_connector_emits_only_derived_metrics() {
     assert_eq!(find(&rest, "llm.request.count", "qwen", at(60.0)).unwrap().value, V::I(3));
     assert!(rest.iter().all(|p| p.time <= at(60.0)), "end of input emits only windows and flushes holding data");
 }
+
+// ---- per_request ----------------------------------------------------------------------------------
+
+impl Harness {
+    /// Processes spans and returns the points `process` emitted (per-request points only).
+    fn spans_out(&mut self, req: &ExportTraceServiceRequest) -> Vec<Pt> {
+        let mut out = Vec::new();
+        self.proc.process(&spans::to_batch(req).unwrap(), &mut out).unwrap();
+        assert!(out.len() <= 1, "one derived batch per processed batch");
+        out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect()
+    }
+}
+
+#[test]
+fn llm_signals_per_request_points_carry_each_measured_latency_and_the_request_id() {
+    let cfg = json!({"window": "1m", "flush_interval": "15s", "per_request": true});
+    let mut h = Harness::new(Signal::Traces, cfg);
+    let pts = h.spans_out(&vllm_spans());
+    let names: BTreeSet<&str> = pts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, BTreeSet::from(["llm.request.ttft", "llm.request.tpot", "llm.request.e2e", "llm.request.queue"]));
+    assert!(pts.iter().all(|p| p.unit == "s" && p.start == 0 && p.attrs["source"] == "spans"));
+    let get = |name: &str, model: &str, time: u64| {
+        let found: Vec<&Pt> = pts.iter().filter(|p| p.name == name && p.model() == model && p.time == time).collect();
+        assert!(found.len() <= 1, "{name} {model} {time}: {found:?}");
+        found.first().map(|p| (p.value.f(), p.attrs.clone()))
+    };
+    // Model A: ids on every span; failed requests (4, 9, 14, 19) have no TTFT and no TPOT.
+    for (i, r) in requests_a().iter().enumerate() {
+        let t = at(r.end);
+        let (e2e, attrs) = get("llm.request.e2e", "llama", t).unwrap();
+        close(e2e, r.e2e, "e2e");
+        assert_eq!(attrs["gen_ai.request.id"], format!("req-{i}"));
+        assert_eq!((attrs["service.version"].as_str(), attrs["service.instance.id"].as_str()), ("v1", "i-a"));
+        close(get("llm.request.queue", "llama", t).unwrap().0, r.queue, "queue");
+        match (get("llm.request.ttft", "llama", t), get("llm.request.tpot", "llama", t)) {
+            (None, None) => assert!(r.error, "request {i}"),
+            (Some((ttft, _)), Some((tpot, _))) => {
+                assert!(!r.error, "request {i}");
+                close(ttft, r.ttft, "ttft");
+                close(tpot, (r.e2e - r.ttft) / (r.completion - 1) as f64, "tpot");
+            }
+            other => panic!("request {i}: ttft and tpot both or neither: {other:?}"),
+        }
+    }
+    // Model B: no request id attribute; the failed request (40 s) has e2e and queue only.
+    let (ttft, attrs) = get("llm.request.ttft", "qwen", at(20.0)).unwrap();
+    close(ttft, 0.3, "qwen ttft");
+    assert!(!attrs.contains_key("gen_ai.request.id"), "{attrs:?}");
+    close(get("llm.request.tpot", "qwen", at(10.0)).unwrap().0, 0.47 / 4.0, "qwen tpot");
+    assert!(get("llm.request.ttft", "qwen", at(40.0)).is_none());
+    close(get("llm.request.e2e", "qwen", at(40.0)).unwrap().0, 1.2, "qwen failed e2e");
+    let count = |name: &str| pts.iter().filter(|p| p.name == name).count();
+    assert_eq!((count("llm.request.ttft"), count("llm.request.tpot")), (18, 18));
+    assert_eq!((count("llm.request.e2e"), count("llm.request.queue")), (23, 23));
+    // Points of one metric are in time order.
+    let times: Vec<u64> = pts.iter().filter(|p| p.name == "llm.request.e2e").map(|p| p.time).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]));
+
+    // A span before the watermark yields nothing.
+    h.advance(60.0);
+    let late = traces(vec![(
+        resource(vec![s("service.name", "vllm-a")]),
+        vec![span(
+            "llm_request",
+            30.0,
+            1.0,
+            vec![s("gen_ai.request.id", "late"), dbl("gen_ai.latency.e2e", 1.0)],
+            false,
+        )],
+    )]);
+    assert!(h.spans_out(&late).is_empty());
+}
+
+#[test]
+fn llm_signals_per_request_leaves_the_windowed_outputs_unchanged() {
+    let base = json!({"window": "1m", "flush_interval": "15s"});
+    let mut off = Harness::new(Signal::Traces, base.clone());
+    let mut on_cfg = base;
+    on_cfg["per_request"] = json!(true);
+    let mut on = Harness::new(Signal::Traces, on_cfg);
+    off.spans(&vllm_spans());
+    assert!(!on.spans_out(&vllm_spans()).is_empty());
+    for wm in [30.0, 61.0, 200.0] {
+        let (a, b) = (off.advance(wm), on.advance(wm));
+        assert!(!a.is_empty() || wm == 200.0);
+        assert_eq!(a, b, "at {wm}");
+    }
+    assert_eq!(off.proc.snapshot().unwrap(), on.proc.snapshot().unwrap(), "per_request keeps no state");
+    let e = LlmSignalsFactory.validate(&json!({"per_request": "yes"})).unwrap_err();
+    assert_eq!(e.path, vec![PathSeg::Key("per_request".into())], "{}", e.message);
+}

@@ -1,5 +1,6 @@
 //! inferwatch receivers: components that take telemetry in from outside.
 
+pub mod nvml;
 pub mod otlp;
 pub mod prometheus;
 pub mod replay;
@@ -11,4 +12,5 @@ pub fn register(reg: &mut inferwatch_core::registry::Registry) {
     reg.add_receiver(Arc::new(otlp::OtlpReceiverFactory));
     reg.add_receiver(Arc::new(prometheus::PrometheusReceiverFactory));
     reg.add_receiver(Arc::new(replay::ReplayReceiverFactory));
+    reg.add_receiver(Arc::new(nvml::NvmlReceiverFactory));
 }

@@ -53,6 +53,8 @@ pub struct LlmSignalsConfig {
     pub model_attributes: Vec<String>,
     /// Model of TGI data carrying none (default empty).
     pub tgi_model: String,
+    /// Also emit one gauge point per request span and latency (`llm.request.ttft` …, default false).
+    pub per_request: bool,
 }
 
 impl Default for LlmSignalsConfig {
@@ -67,6 +69,7 @@ impl Default for LlmSignalsConfig {
             default_model: String::new(),
             model_attributes: vec!["gen_ai.response.model".into(), "gen_ai.request.model".into()],
             tgi_model: String::new(),
+            per_request: false,
         }
     }
 }
@@ -81,6 +84,7 @@ struct Checked {
     params: Params,
     lateness_ns: u64,
     rules: ModelRules,
+    per_request: bool,
 }
 
 impl LlmSignalsConfig {
@@ -126,6 +130,7 @@ impl LlmSignalsConfig {
                 default_model: self.default_model.clone(),
                 tgi_model: self.tgi_model.clone(),
             },
+            per_request: self.per_request,
         })
     }
 }
@@ -229,11 +234,12 @@ impl LlmSignals {
         }
     }
 
-    fn process_spans(&mut self, batch: &RecordBatch) -> Result<(), ConvError> {
-        let reader = spans::SpanReader::new(batch)?;
+    fn process_spans(&mut self, batch: &RecordBatch, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        let reader = spans::SpanReader::new(batch)?.with_request_ids(self.cfg.per_request);
         let mut resources = ResourceReader::new(batch)?;
         let times = inferwatch_core::arrow::time_column(batch)?;
         let mut results = Vec::new();
+        let mut per_request = Emitter::default();
         for row in 0..batch.num_rows() {
             // The column holds the OTLP fixed64 bit pattern.
             let time = times.value(row) as u64;
@@ -244,9 +250,15 @@ impl LlmSignals {
             let Some((flavor, req, own)) = reader.read(row, &self.cfg.rules.attributes)? else { continue };
             let res = resources.info(row)?;
             let key = self.cfg.rules.key(Source::Spans, own.as_deref(), flavor == spans::Flavor::Tgi, &res);
+            if self.cfg.per_request {
+                output::push_request(&mut per_request, &key, time, &req);
+            }
             results.push(self.state.add_request(key, time, &req));
         }
         self.count(results.into_iter());
+        if let Some(req) = per_request.finish() {
+            out.push(metrics::to_batch(&req)?);
+        }
         Ok(())
     }
 
@@ -298,9 +310,9 @@ impl ArrowProcessor for LlmSignals {
         self.cfg.lateness_ns
     }
 
-    fn process(&mut self, batch: &RecordBatch, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+    fn process(&mut self, batch: &RecordBatch, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
         match (schema::signal_of(batch.schema_ref()), self.signal) {
-            (Some(Signal::Traces), Signal::Traces) => self.process_spans(batch),
+            (Some(Signal::Traces), Signal::Traces) => self.process_spans(batch, out),
             (Some(Signal::Metrics), Signal::Metrics) => self.process_scraped(batch),
             _ => Ok(()),
         }

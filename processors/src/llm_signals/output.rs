@@ -6,7 +6,8 @@
 //! then by group key.
 
 use super::hist::{FixedHist, Lat};
-use super::model::string_kv;
+use super::model::{GroupKey, string_kv};
+use super::spans::{REQUEST_ID_ATTRIBUTE, Request};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -77,6 +78,8 @@ pub enum Out {
     PrefixLow,
     /// Queue p99 above the threshold.
     QueueBlocking,
+    /// One request's latency (`per_request`), at the span's event time.
+    PerRequest(Lat),
 }
 
 impl Out {
@@ -110,13 +113,19 @@ impl Out {
             Out::PrefixHitRate => "llm.prefix_cache.hit_rate",
             Out::PrefixLow => "llm.prefix_cache.low",
             Out::QueueBlocking => "llm.queue.blocking",
+            Out::PerRequest(l) => match l {
+                Lat::Ttft => "llm.request.ttft",
+                Lat::Tpot => "llm.request.tpot",
+                Lat::E2e => "llm.request.e2e",
+                Lat::Queue => "llm.request.queue",
+            },
         }
     }
 
     /// Metric unit (UCUM, as OTLP carries it).
     pub fn unit(self) -> &'static str {
         match self {
-            Out::Hist(_) | Out::Pct(..) => "s",
+            Out::Hist(_) | Out::Pct(..) | Out::PerRequest(_) => "s",
             Out::RequestCount | Out::Waiting | Out::Running => "{request}",
             Out::RequestRate => "{request}/s",
             Out::TokensOutput | Out::TokensInput => "{token}/s",
@@ -145,6 +154,10 @@ impl Out {
             Out::PrefixHitRate => "Prefix-cache hit rate: rate(hits) / rate(queries) over the window.",
             Out::PrefixLow => "1 when the prefix-cache hit rate is below 0.62, else 0.",
             Out::QueueBlocking => "1 when the window's queue-time p99 exceeds 0.8 s, else 0.",
+            Out::PerRequest(Lat::Ttft) => "Time to first token of one successful request.",
+            Out::PerRequest(Lat::Tpot) => "Time per output token after the first, of one successful request.",
+            Out::PerRequest(Lat::E2e) => "End-to-end duration of one request.",
+            Out::PerRequest(Lat::Queue) => "Time one request spent queued before scheduling.",
         }
     }
 }
@@ -213,6 +226,20 @@ impl Emitter {
                 schema_url: String::new(),
             }],
         })
+    }
+}
+
+/// Adds the per-request points of one request of group `key` ended at `time` (one per measured
+/// latency; with `gen_ai.request.id` when the span had one).
+pub fn push_request(em: &mut Emitter, key: &GroupKey, time: u64, req: &Request) {
+    let mut attrs = key.attributes();
+    if let Some(id) = &req.request_id {
+        attrs.push(string_kv(REQUEST_ID_ATTRIBUTE, id));
+    }
+    for lat in Lat::ALL {
+        if let Some(v) = req.latency(lat) {
+            em.push(Out::PerRequest(lat), 0, time, &attrs, Value::Double(v));
+        }
     }
 }
 

@@ -15,6 +15,7 @@
 //! defines its server histograms); TPOT = (e2e − TTFT) / (output tokens − 1), or TGI's own
 //! `time_per_token`.
 
+use super::hist::Lat;
 use super::model::{column, opt_column};
 use arrow_array::{Array, Float64Array, Int32Array, Int64Array, MapArray, RecordBatch, StringArray};
 use inferwatch_core::arrow::anyvalue::AttributesReader;
@@ -28,6 +29,8 @@ pub const TGI_SPAN_NAMES: &[&str] =
 /// `gen_ai.operation.name` values that are not model inference (such spans are skipped).
 pub const NON_INFERENCE_OPERATIONS: &[&str] =
     &["embeddings", "retrieval", "execute_tool", "create_agent", "invoke_agent", "invoke_workflow"];
+/// Span attribute holding the request id (equal on mirrored copies of a request).
+pub const REQUEST_ID_ATTRIBUTE: &str = "gen_ai.request.id";
 /// OTLP status code ERROR.
 const STATUS_ERROR: i32 = 2;
 
@@ -59,6 +62,20 @@ pub struct Request {
     pub input_tokens: Option<f64>,
     /// Whether the request failed.
     pub error: bool,
+    /// `gen_ai.request.id` (read only by a reader built [`SpanReader::with_request_ids`]).
+    pub request_id: Option<String>,
+}
+
+impl Request {
+    /// The measured value of latency signal `lat`, seconds.
+    pub fn latency(&self, lat: Lat) -> Option<f64> {
+        match lat {
+            Lat::Ttft => self.ttft,
+            Lat::Tpot => self.tpot,
+            Lat::E2e => self.e2e,
+            Lat::Queue => self.queue,
+        }
+    }
 }
 
 /// A span attribute value, as far as this module reads it.
@@ -116,6 +133,7 @@ pub struct SpanReader<'a> {
     durations: Option<&'a Int64Array>,
     promoted: Vec<(&'static str, Promoted<'a>)>,
     attrs: Option<AttributesReader<'a>>,
+    request_ids: bool,
 }
 
 /// One row's attributes, the map read at most once.
@@ -237,7 +255,14 @@ impl<'a> SpanReader<'a> {
             durations: opt_column(batch, schema::DURATION)?,
             promoted,
             attrs: opt_column::<MapArray>(batch, schema::ATTRIBUTES)?.map(AttributesReader::new).transpose()?,
+            request_ids: false,
         })
+    }
+
+    /// The same reader, also reading each request's `gen_ai.request.id` when `on`.
+    pub fn with_request_ids(mut self, on: bool) -> Self {
+        self.request_ids = on;
+        self
     }
 
     /// The request span at `row`: its flavor, measurements and own model (first of
@@ -311,6 +336,9 @@ impl<'a> SpanReader<'a> {
                     req.tpot = per_token;
                 }
             }
+        }
+        if self.request_ids {
+            req.request_id = r.text(REQUEST_ID_ATTRIBUTE)?.filter(|id| !id.is_empty());
         }
         let mut model = None;
         for key in model_attributes {

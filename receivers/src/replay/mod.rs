@@ -34,6 +34,16 @@ mod position;
 mod read;
 mod time;
 
+/// Decodes one line of the otelcol file exporter format (OTLP/JSON, one export request per line).
+pub fn decode_otlp_json_line(line: &[u8]) -> Result<inferwatch_core::pdata::Payload, String> {
+    read::decode_line(line)
+}
+
+/// The earliest event time in a payload (span start, point or record time), if any.
+pub fn payload_first_time(p: &inferwatch_core::pdata::Payload) -> Option<u64> {
+    time::payload_min(p)
+}
+
 use async_trait::async_trait;
 use config::ReplayConfig;
 use inferwatch_core::component::{

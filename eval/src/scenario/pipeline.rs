@@ -1,0 +1,65 @@
+//! The detector pipeline eval runs a scenario through, and the variables a user's own
+//! `--config` may reference (`${env:SLO_SIGNAL}`, `${env:SLO_THRESHOLD}`, `${env:BASELINE}`,
+//! `${env:CANDIDATE}`).
+
+use super::truth::{GroundTruth, Kind};
+use std::collections::BTreeMap;
+
+/// The variables of a scenario a pipeline template may use.
+pub fn variables(truth: &GroundTruth) -> BTreeMap<&'static str, String> {
+    let mut v = BTreeMap::new();
+    v.insert("SLO_SIGNAL", truth.slo_signal());
+    v.insert("SLO_THRESHOLD", format!("{}", truth.slo.threshold_s));
+    v.insert("BASELINE", "v1".to_string());
+    v.insert("CANDIDATE", "v2".to_string());
+    v
+}
+
+/// Whether the scenario's spans are fed (A/B scenarios: delta_ab pairs per-request points).
+pub fn wants_spans(truth: &GroundTruth) -> bool {
+    truth.kind() == Kind::Ab
+}
+
+/// The default detector pipeline for a scenario: llm_signals from the scraped metrics, the
+/// single-signal detectors, trend_forecast on the SLO's own signal, the alerts connector; for
+/// A/B scenarios also per-request points from the spans into delta_ab.
+pub fn default_config(truth: &GroundTruth) -> String {
+    let v = variables(truth);
+    let signal = &v["SLO_SIGNAL"];
+    let threshold = &v["SLO_THRESHOLD"];
+    let ab = truth.kind() == Kind::Ab;
+    let mut s = String::new();
+    s.push_str("receivers:\n  eval_feed: {}\n");
+    s.push_str("connectors:\n  llm_signals: {}\n");
+    if ab {
+        s.push_str("  llm_signals/requests: { per_request: true }\n");
+    }
+    s.push_str("  alerts: { warning: 0.6, critical: 0.8, for: 0s }\n");
+    s.push_str("processors:\n");
+    s.push_str("  zscore_skew: { metrics: [llm.ttft.p95, llm.tpot.p95, llm.e2e.p95, llm.queue.p99], window: 50 }\n");
+    s.push_str("  kv_pressure: {}\n");
+    s.push_str(&format!(
+        "  trend_forecast: {{ metric: {signal}, threshold: {threshold}, direction: above, horizon: 21d, aggregate: 1h }}\n"
+    ));
+    if ab {
+        s.push_str(&format!(
+            "  delta_ab: {{ metric: llm.request.ttft, baseline: {}, candidate: {}, statistic: p95, window: 10m }}\n",
+            v["BASELINE"], v["CANDIDATE"]
+        ));
+    }
+    s.push_str(&format!("exporters:\n  eval_capture: {{ metrics: [{signal}, llm.slo.breach_eta] }}\n"));
+    s.push_str("service:\n  pipelines:\n");
+    s.push_str("    metrics/in: { receivers: [eval_feed], exporters: [llm_signals] }\n");
+    s.push_str(
+        "    metrics/detect: { receivers: [llm_signals], processors: [zscore_skew, kv_pressure, trend_forecast], \
+         exporters: [alerts, eval_capture] }\n",
+    );
+    if ab {
+        s.push_str("    traces/in: { receivers: [eval_feed], exporters: [llm_signals/requests] }\n");
+        s.push_str(
+            "    metrics/ab: { receivers: [llm_signals/requests], processors: [delta_ab], exporters: [alerts] }\n",
+        );
+    }
+    s.push_str("    logs/alerts: { receivers: [alerts], exporters: [eval_capture] }\n");
+    s
+}

@@ -1,0 +1,301 @@
+//! The NAB scorer against hand-computed numbers, NAB's null and perfect detectors, a brute-force
+//! reading of NAB's rules on random corpora, the real corpus's shape, and the runner end to end.
+
+use inferwatch_eval::nab::data::{self, NabCorpus, NabFile};
+use inferwatch_eval::nab::score::{self, FileInput, PROFILES, REWARD_LOW_FN, REWARD_LOW_FP, STANDARD};
+use inferwatch_eval::nab::{run, score_runs};
+use proptest::prelude::*;
+use std::path::{Path, PathBuf};
+
+const MIN: u64 = 60_000_000_000;
+
+fn nab_dir() -> PathBuf {
+    std::env::var_os("NAB_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/work/shared/datasets/nab"))
+}
+
+/// The tiny file: 20 rows one minute apart, one window on rows 8..=11 (width 4, right index 11).
+fn tiny_file() -> NabFile {
+    NabFile {
+        name: "tiny/a.csv".into(),
+        timestamps: (0..20).map(|i| i * MIN).collect(),
+        values: vec![0.0; 20],
+        windows: vec![(8 * MIN, 11 * MIN)],
+    }
+}
+
+/// Detections: row 1 (probation: floor(0.15·20) = 3 rows, ignored), row 5 (before any window),
+/// rows 9 and 10 (in the window), row 13 at a lower score 0.6, row 19.
+fn tiny_scores() -> Vec<f64> {
+    let mut s = vec![0.0; 20];
+    for i in [1, 5, 9, 10, 19] {
+        s[i] = 1.0;
+    }
+    s[13] = 0.6;
+    s
+}
+
+fn input<'a>(f: &'a NabFile, scores: &'a [f64]) -> FileInput<'a> {
+    FileInput { name: &f.name, timestamps: &f.timestamps, windows: &f.windows, scores }
+}
+
+// Hand computation, S(y) = 2/(1+e^{5y}) − 1, maxTP = S(−1) = 0.98661429815143:
+//   row 5:  no window before it: −1 · A_FP
+//   row 9:  first detection in the window, y = −(11 − 9 + 1)/4 = −0.75, S = 0.95404526017995,
+//           earns A_TP · S/maxTP = 0.96698908780006 (row 10 is later in the same window: ignored)
+//   row 19: y = |11 − 19|/(4 − 1) = 8/3, S = −0.99999676081166, costs A_FP · 0.99999676081166
+//   row 13: y = 2/3, S = −0.93110960866758; detected only at thresholds ≤ 0.6, which lowers the total,
+//           and threshold 0 detects 15 more FP rows, so the optimum is the threshold 1.0.
+// standard (A_FP 0.11):      −0.11 + 0.96698908780006 − 0.11·0.99999676081166 = 0.74698944411078
+// reward_low_FP (A_FP 0.22): −0.22 + 0.96698908780006 − 0.22·0.99999676081166 = 0.52698980042150
+// reward_low_FN: as standard (A_FN only enters through missed windows) = 0.74698944411078
+// Null detector (0.5 everywhere), best of "nothing" (−A_FN) and "everything": the window earns 1
+// (row 8, its left edge), rows 3..=7 cost 5·A_FP, rows 12..=19 cost A_FP·Σ_{k=1..8} −S(k/3) =
+// A_FP · 7.59685185644849. standard: 1 − 0.55 − 0.83565370420933 = −0.38565370420933 (> −1);
+// reward_low_FP: 1 − 1.1 − 1.67130740841867 = −1.77130740841867, so −1; reward_low_FN: −0.38565370420933.
+// Normalised: standard 100·(0.74698944411078 + 0.38565370420933)/(1 + 0.38565370420933) = 81.74070800513667;
+// reward_low_FP 100·1.52698980042150/2 = 76.34949002107476; reward_low_FN 81.74070800513667.
+#[test]
+fn hand_computed_tiny_file() {
+    let f = tiny_file();
+    let s = tiny_scores();
+    let expect = [
+        (STANDARD, 0.746_989_444_110_777_8, -0.385_653_704_209_333_5, 81.740_708_005_136_67),
+        (REWARD_LOW_FP, 0.526_989_800_421_495, -1.0, 76.349_490_021_074_76),
+        (REWARD_LOW_FN, 0.746_989_444_110_777_8, -0.385_653_704_209_333_5, 81.740_708_005_136_67),
+    ];
+    for (profile, raw, null, norm) in expect {
+        let r = score::score_corpus(&[input(&f, &s)], &profile).unwrap();
+        assert_eq!(r.threshold, 1.0, "{}", profile.name);
+        assert!((r.raw - raw).abs() < 1e-12, "{}: raw {} vs {raw}", profile.name, r.raw);
+        assert!((r.null - null).abs() < 1e-12, "{}: null {} vs {null}", profile.name, r.null);
+        assert_eq!(r.perfect, 1.0);
+        assert!((r.normalized - norm).abs() < 1e-9, "{}: {} vs {norm}", profile.name, r.normalized);
+        let file = &r.files[0];
+        // Rows 3..20 are scored: 4 in the window, 13 outside. At threshold 1.0: rows 9, 10 (TP), 5, 19 (FP).
+        assert_eq!((file.tp, file.fp, file.fn_, file.tn), (2, 2, 2, 11));
+        assert_eq!((file.windows, file.windows_detected), (1, 1));
+    }
+}
+
+#[test]
+fn sweep_rows_are_weighted_like_nab() {
+    let f = tiny_file();
+    let mut pts = Vec::new();
+    let n = score::sweep_file(&f.timestamps, &f.windows, &tiny_scores(), &STANDARD, 7, &mut pts).unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(pts.len(), 17, "3 probationary rows dropped");
+    // Row 8, the left edge, earns exactly A_TP; row 11, the right edge, S(−1/4)/maxTP.
+    assert!((pts[8 - 3].sweep - 1.0).abs() < 1e-15);
+    assert_eq!(pts[8 - 3].window, Some(7));
+    assert!((pts[11 - 3].sweep - score::scaled_sigmoid(-0.25) / score::scaled_sigmoid(-1.0)).abs() < 1e-15);
+    // Row 12, just after the window: y = 1/3; row 3, before it: −A_FP.
+    assert!((pts[12 - 3].sweep - 0.11 * score::scaled_sigmoid(1.0 / 3.0)).abs() < 1e-15);
+    assert_eq!(pts[0].sweep, -0.11);
+    assert_eq!(pts[12 - 3].window, None);
+}
+
+#[test]
+fn null_and_perfect_detectors_score_0_and_100() {
+    let f = tiny_file();
+    let null = vec![0.5; 20];
+    let mut perfect = vec![0.0; 20];
+    perfect[8] = 1.0;
+    for p in PROFILES {
+        let n = score::score_corpus(&[input(&f, &null)], &p).unwrap();
+        assert!(n.normalized.abs() < 1e-12, "{}: null {}", p.name, n.normalized);
+        let r = score::score_corpus(&[input(&f, &perfect)], &p).unwrap();
+        assert!((r.normalized - 100.0).abs() < 1e-12, "{}: perfect {}", p.name, r.normalized);
+    }
+}
+
+/// Brute force: NAB's rules read directly, for one threshold, windows as row ranges.
+fn brute_file(ts_rows: usize, windows: &[(usize, usize)], scores: &[f64], th: f64, p: &score::Profile) -> f64 {
+    let prob = score::probationary_length(ts_rows);
+    let s = |y: f64| score::scaled_sigmoid(y);
+    let mut total = 0.0;
+    for &(l, r) in windows {
+        let width = (r - l + 1) as f64;
+        let scorable: Vec<usize> = (l..=r).filter(|&i| i as f64 >= prob).collect();
+        if scorable.is_empty() {
+            continue;
+        }
+        match scorable.iter().find(|&&i| scores[i] >= th) {
+            Some(&i) => total += s(-((r - i + 1) as f64) / width) * p.tp_weight / s(-1.0),
+            None => total -= p.fn_weight,
+        }
+    }
+    for (i, &score) in scores.iter().enumerate().take(ts_rows) {
+        if (i as f64) < prob || score < th || windows.iter().any(|&(l, r)| (l..=r).contains(&i)) {
+            continue;
+        }
+        let prev = windows.iter().filter(|&&(_, r)| r < i).max_by_key(|&&(_, r)| r);
+        total += p.fp_weight
+            * match prev {
+                None => -1.0,
+                Some(&(l, r)) => s((i - r) as f64 / ((r - l) as f64)),
+            };
+    }
+    total
+}
+
+fn arb_file() -> impl Strategy<Value = (usize, Vec<(usize, usize)>, Vec<f64>)> {
+    (10usize..80).prop_flat_map(|n| {
+        let cuts = proptest::collection::btree_set(0..n, 0..6);
+        let scores = proptest::collection::vec(prop_oneof![Just(0.0), Just(0.25), Just(0.5), Just(1.0), 0.0..1.0], n);
+        (Just(n), cuts, scores).prop_map(|(n, cuts, scores)| {
+            // Pairs of cut points become disjoint windows of at least two rows.
+            let c: Vec<usize> = cuts.into_iter().collect();
+            let w = c.chunks(2).filter(|p| p.len() == 2 && p[1] > p[0]).map(|p| (p[0], p[1])).collect();
+            (n, w, scores)
+        })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    #[test]
+    fn corpus_score_equals_brute_force_optimum(files in proptest::collection::vec(arb_file(), 1..4)) {
+        let owned: Vec<NabFile> = files.iter().enumerate().map(|(k, (n, w, _))| NabFile {
+            name: format!("f{k}.csv"),
+            timestamps: (0..*n as u64).map(|i| i * MIN).collect(),
+            values: vec![0.0; *n],
+            windows: w.iter().map(|&(l, r)| (l as u64 * MIN, r as u64 * MIN)).collect(),
+        }).collect();
+        let inputs: Vec<FileInput<'_>> = owned.iter().zip(&files).map(|(f, (_, _, s))| input(f, s)).collect();
+        for p in PROFILES {
+            let r = score::score_corpus(&inputs, &p).unwrap();
+            let mut cands: Vec<f64> = files.iter().flat_map(|(_, _, s)| s.iter().copied()).collect();
+            cands.push(1.1);
+            let total = |th: f64| files.iter().map(|(n, w, s)| brute_file(*n, w, s, th, &p)).sum::<f64>();
+            let best = cands.iter().map(|&t| total(t)).fold(f64::NEG_INFINITY, f64::max);
+            prop_assert!((r.raw - best).abs() < 1e-9, "{}: raw {} vs brute {}", p.name, r.raw, best);
+            prop_assert!((total(r.threshold) - r.raw).abs() < 1e-9);
+            let per_file: f64 = r.files.iter().map(|f| f.score).sum();
+            prop_assert!((per_file - r.raw).abs() < 1e-9);
+        }
+    }
+}
+
+fn real_corpus() -> Option<NabCorpus> {
+    let dir = nab_dir();
+    if !dir.join(data::WINDOWS_FILE).exists() {
+        eprintln!("NAB data not found at {} (set NAB_DIR); skipped", dir.display());
+        return None;
+    }
+    Some(data::load_corpus(&dir).unwrap())
+}
+
+#[test]
+fn real_corpus_loads_with_every_window() {
+    let Some(c) = real_corpus() else { return };
+    assert_eq!(c.files.len(), 58);
+    assert_eq!(c.rows(), 365_558);
+    let text = std::fs::read_to_string(nab_dir().join(data::WINDOWS_FILE)).unwrap();
+    let raw: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let listed: usize = raw.values().map(|v| v.as_array().unwrap().len()).sum();
+    assert_eq!(listed, 116);
+    assert_eq!(c.windows(), listed);
+    // Every window limit is a row's timestamp; together they cover 33,495 rows (anomaly.md §1.3).
+    let covered: usize = c
+        .files
+        .iter()
+        .map(|f| {
+            let rows = f.window_rows();
+            assert_eq!(rows.len(), f.windows.len(), "{}", f.name);
+            rows.iter().map(|(l, r)| r - l + 1).sum::<usize>()
+        })
+        .sum();
+    assert_eq!(covered, 33_495);
+    let taxi = c.files.iter().find(|f| f.name == "realKnownCause/nyc_taxi.csv").unwrap();
+    assert_eq!((taxi.len(), taxi.windows.len(), taxi.step_ns()), (10_320, 5, 1800 * 1_000_000_000));
+}
+
+#[test]
+fn real_corpus_null_and_perfect_match_nab_results() {
+    let Some(c) = real_corpus() else { return };
+    let null: Vec<Vec<f64>> = c.files.iter().map(|f| vec![0.5; f.len()]).collect();
+    let perfect: Vec<Vec<f64>> = c
+        .files
+        .iter()
+        .map(|f| {
+            let mut s = vec![0.0; f.len()];
+            for (l, _) in f.window_rows() {
+                s[l] = 1.0;
+            }
+            s
+        })
+        .collect();
+    let n = score_runs("null", &c, &null).unwrap();
+    let p = score_runs("perfect", &c, &perfect).unwrap();
+    // NAB's results/null/*_scores.csv: −116, −116, −232; perfect = 116 windows.
+    for (prof, null_raw) in n.iter().zip([-116.0, -116.0, -232.0]) {
+        assert_eq!(prof.null, null_raw, "{}", prof.profile);
+        assert_eq!(prof.raw, null_raw, "{}", prof.profile);
+        assert_eq!(prof.normalized, 0.0);
+        assert_eq!(prof.perfect, 116.0);
+    }
+    for prof in &p {
+        assert!((prof.raw - 116.0).abs() < 1e-9, "{}: {}", prof.profile, prof.raw);
+        assert!((prof.normalized - 100.0).abs() < 1e-9);
+        assert_eq!(prof.files.iter().map(|f| f.windows_detected).sum::<usize>(), 116);
+    }
+}
+
+fn registry() -> inferwatch_core::registry::Registry {
+    let mut r = inferwatch_core::registry::Registry::new();
+    inferwatch_processors::register(&mut r);
+    r
+}
+
+#[test]
+fn override_file_processors_keep_their_order() {
+    let dir = std::env::temp_dir().join(format!("nab-override-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.yaml");
+    std::fs::write(&path, "processors:\n  zscore_skew/b: { metrics: [nab.value], window: 30 }\n  batch: {}\n").unwrap();
+    let p = run::override_processors(&path).unwrap();
+    assert_eq!(p.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), vec!["zscore_skew/b", "batch"]);
+    assert_eq!(p[0].1["window"], 30);
+    std::fs::write(&path, "exporters: {}\n").unwrap();
+    assert!(run::override_processors(&path).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn unknown_and_ml_detectors_are_refused_with_a_hint() {
+    let f = tiny_file();
+    let e = run::builtin_processors("lstm_ae", &f).unwrap_err().to_string();
+    assert!(e.contains("--config"), "{e}");
+    assert!(run::builtin_processors("nope", &f).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zscore_skew_runs_through_the_harness_on_a_real_file() {
+    let Some(c) = real_corpus() else { return };
+    let f = c.files.iter().find(|f| f.name == "artificialWithAnomaly/art_daily_jumpsup.csv").unwrap();
+    let procs = run::builtin_processors("zscore_skew", f).unwrap();
+    let r = run::run_file(f, &procs, registry()).await.unwrap();
+    // One level per point after the 50-point warm-up, each at its own row's timestamp.
+    assert_eq!(r.points, f.len() - 50);
+    assert_eq!(r.unmatched, 0);
+    assert!(r.scores[..50].iter().all(|&s| s == 0.0));
+    assert!(r.scores.iter().all(|s| (0.0..=1.0).contains(s)));
+    // The jump up starts inside the window: the highest score of the file is there.
+    let (l, rr) = f.window_rows()[0];
+    let top = (0..r.scores.len()).max_by(|&a, &b| r.scores[a].total_cmp(&r.scores[b])).unwrap();
+    assert!((l..=rr).contains(&top), "top score at row {top}, window {l}..={rr}");
+    assert!(r.scores[top] > 0.05, "{}", r.scores[top]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs the whole corpus (365k rows); run with --ignored (NAB_DETECTOR picks the detector)"]
+async fn whole_corpus_with_zscore_skew() {
+    let dir = nab_dir();
+    let detector = std::env::var("NAB_DETECTOR").unwrap_or_else(|_| "zscore_skew".into());
+    let report = inferwatch_eval::nab::run_nab(Path::new(&dir), &detector, None, registry(), &|_, _| {}).await.unwrap();
+    report.print_table();
+    println!("elapsed {:.1} s, level points {}", report.elapsed_s, report.level_points);
+    assert_eq!(report.files, 58);
+    let std = report.normalized("standard").unwrap();
+    assert!((0.0..100.0).contains(&std), "{std}");
+}

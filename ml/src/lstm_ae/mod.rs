@@ -1,0 +1,195 @@
+//! Processor `lstm_ae`: an LSTM autoencoder over multi-signal feature windows, run through ONNX
+//! Runtime (spec §8, docs/lstm-ae.md). Scores are the masked reconstruction error of each window,
+//! mapped to a level by the card's calibration.
+
+pub mod model;
+
+use crate::card::Card;
+use crate::detector::{Detector, LevelOverride, Parts, check_common};
+use crate::runtime::{ExecutionProvider, Runtime, RuntimeError, Search};
+use arrow_array::RecordBatch;
+use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs};
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, parse_config};
+use inferwatch_core::pdata::Signal;
+use inferwatch_core::settings::GoDuration;
+use inferwatch_core::state::StateError;
+use model::OrtModel;
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The `detector` attribute of the output.
+pub const DETECTOR: &str = "lstm_ae";
+/// The default model.
+pub const DEFAULT_MODEL: &str = "models/lstm_ae_default.onnx";
+
+/// What to do when ONNX Runtime is missing or too old.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnMissingRuntime {
+    /// Refuse to start with one error naming the fix (default).
+    #[default]
+    Fail,
+    /// Warn and pass data through without scoring.
+    Disable,
+}
+
+/// Settings of `lstm_ae`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LstmAeConfig {
+    /// The ONNX model; its card is the same path with `.json`.
+    pub model: PathBuf,
+    /// The ONNX Runtime library (after `ORT_DYLIB_PATH`, before the search).
+    pub runtime_library: Option<PathBuf>,
+    /// `fail` or `disable` when the runtime is missing or too old.
+    pub on_missing_runtime: OnMissingRuntime,
+    /// `cpu` or `cuda` (falls back to the CPU with a log line).
+    pub execution_provider: ExecutionProvider,
+    /// Most groups held.
+    pub max_series: usize,
+    /// Event time without a row after which a group is forgotten.
+    pub idle_timeout: GoDuration,
+    /// Most windows per ONNX Runtime run.
+    pub max_batch: usize,
+    /// Intra-op threads of the session.
+    pub intra_threads: usize,
+    /// Overrides of the card's level breakpoints.
+    pub level: LevelOverride,
+    /// How far behind the newest event time a row may arrive (default 0s).
+    pub lateness: GoDuration,
+}
+
+impl Default for LstmAeConfig {
+    fn default() -> Self {
+        LstmAeConfig {
+            model: PathBuf::from(DEFAULT_MODEL),
+            runtime_library: None,
+            on_missing_runtime: OnMissingRuntime::Fail,
+            execution_provider: ExecutionProvider::Cpu,
+            max_series: 10_000,
+            idle_timeout: GoDuration(Duration::from_secs(3600)),
+            max_batch: 256,
+            intra_threads: 1,
+            level: LevelOverride::default(),
+            lateness: GoDuration(Duration::ZERO),
+        }
+    }
+}
+
+impl LstmAeConfig {
+    fn check(&self) -> Result<(), FieldError> {
+        check_common(self.max_series, self.idle_timeout, self.max_batch, self.lateness)?;
+        if self.intra_threads == 0 {
+            return Err(FieldError::at("intra_threads", "must be at least 1"));
+        }
+        if self.model.as_os_str().is_empty() {
+            return Err(FieldError::at("model", "must name an .onnx file"));
+        }
+        Ok(())
+    }
+}
+
+/// Factory of `lstm_ae`.
+pub struct LstmAeFactory;
+
+inferwatch_core::arrow_processor_factory!(LstmAeFactory, DETECTOR, &[Signal::Metrics]);
+
+impl ArrowProcessorFactory for LstmAeFactory {
+    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        parse_config::<LstmAeConfig>(cfg)?.check()
+    }
+
+    fn create_arrow(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+    ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
+        if signal != Signal::Metrics {
+            return Err(ComponentError::Start(format!("lstm_ae reads metrics, not {}", signal.as_str())));
+        }
+        let cfg: LstmAeConfig = parse_config(cfg)?;
+        create(&ctx, &cfg, &Search::from_process(cfg.runtime_library.clone()))
+    }
+}
+
+/// Builds the processor with an explicit library search (the factory uses this process's).
+pub fn create(
+    ctx: &CreateContext,
+    cfg: &LstmAeConfig,
+    search: &Search,
+) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
+    cfg.check()?;
+    let start = |m: String| ComponentError::Start(format!("{}: {m}", ctx.id));
+    let card_path = Card::path_for_model(&cfg.model);
+    let card = Card::load(&card_path).map_err(|e| start(e.to_string()))?;
+    if card.detector != DETECTOR {
+        return Err(start(format!("card {} is for detector {:?}, not {DETECTOR}", card_path.display(), card.detector)));
+    }
+    let levels = card
+        .levels(cfg.level.warning_error, cfg.level.critical_error)
+        .map_err(|m| ComponentError::Config(FieldError::at("level", format!("with the card's calibration: {m}"))))?;
+    let rt = match Runtime::load(search) {
+        Ok(rt) => rt,
+        Err(e @ (RuntimeError::NotFound { .. } | RuntimeError::Load { .. })) => {
+            return match cfg.on_missing_runtime {
+                OnMissingRuntime::Fail => Err(start(e.to_string())),
+                OnMissingRuntime::Disable => {
+                    tracing::warn!(processor = %ctx.id, error = %e, "lstm_ae disabled (on_missing_runtime: disable): data passes through unscored");
+                    ctx.telemetry.lstm_ae_runtime_available(&ctx.id).set(0);
+                    Ok(Box::new(Disabled))
+                }
+            };
+        }
+        Err(e) => return Err(start(e.to_string())),
+    };
+    let model = OrtModel::open(&rt, &cfg.model, &card, cfg.execution_provider, cfg.intra_threads)
+        .map_err(|e| start(e.to_string()))?;
+    ctx.telemetry.lstm_ae_runtime_available(&ctx.id).set(1);
+    tracing::info!(
+        processor = %ctx.id, model = %cfg.model.display(), library = %rt.library().display(),
+        provider = model.provider().as_str(), "lstm_ae ready"
+    );
+    let (limits, lateness_ns) = check_common(cfg.max_series, cfg.idle_timeout, cfg.max_batch, cfg.lateness)?;
+    let parts = Parts {
+        detector: DETECTOR,
+        card,
+        levels,
+        model: Box::new(model),
+        limits,
+        max_batch: cfg.max_batch,
+        lateness_ns,
+    };
+    Ok(Box::new(Detector::new(ctx, parts)))
+}
+
+/// `lstm_ae` without a runtime (`on_missing_runtime: disable`): reads nothing, emits nothing.
+pub struct Disabled;
+
+impl ArrowProcessor for Disabled {
+    fn needs(&self) -> Needs {
+        Needs { signal: Signal::Metrics, columns: Vec::new() }
+    }
+    fn allowed_lateness_ns(&self) -> u64 {
+        0
+    }
+    fn process(&mut self, _batch: &RecordBatch, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        Ok(())
+    }
+    fn advance(&mut self, _watermark_ns: u64, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        Ok(())
+    }
+    fn state_version(&self) -> u32 {
+        crate::detector::STATE_VERSION
+    }
+    fn snapshot(&self) -> Result<Vec<u8>, StateError> {
+        Ok(Vec::new())
+    }
+    fn restore(&mut self, _bytes: &[u8]) -> Result<(), StateError> {
+        Ok(())
+    }
+    fn series_count(&self) -> usize {
+        0
+    }
+}
