@@ -1,8 +1,27 @@
 #!/usr/bin/env bash
-# Builds the agent (release) and runs it on ./pipeline.yaml, or on the files given with --config.
+# Builds the agent (release) and runs it on ./pipeline.yaml, or with the arguments given
+# (e.g. `./scripts/run.sh demo`, `./scripts/run.sh run --config my.yaml`).
+# When a configuration uses the lstm_ae detector, ONNX Runtime (the PyPI onnxruntime wheel's
+# libonnxruntime.so, which lstm_ae loads at run time) is installed into .venv first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bin inferwatch
+
+ensure_onnxruntime() {
+    if ls .venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.1* >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "a configuration uses lstm_ae: installing ONNX Runtime (PyPI onnxruntime==1.31.1) into .venv"
+    [[ -x .venv/bin/python ]] || python3 -m venv .venv
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check onnxruntime==1.31.1
+}
+
+configs=(pipeline.yaml)
+for a in "$@"; do [[ -f "$a" ]] && configs+=("$a"); done
+if grep -qs -E '^\s*lstm_ae(/[^:]*)?:' "${configs[@]}"; then
+    ensure_onnxruntime
+fi
+
 if [ "$#" -eq 0 ]; then
   exec target/release/inferwatch run --config pipeline.yaml
 fi

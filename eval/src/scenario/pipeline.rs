@@ -34,7 +34,7 @@ pub fn default_config(truth: &GroundTruth) -> String {
     if ab {
         s.push_str("  llm_signals/requests: { per_request: true }\n");
     }
-    s.push_str("  alerts: { warning: 0.6, critical: 0.8, for: 0s }\n");
+    s.push_str("  alerts: { warning: 0.6, critical: 0.8, for: 2m, per_detector: { trend_forecast: { for: 0s }, delta_ab: { for: 0s } } }\n");
     s.push_str("processors:\n");
     s.push_str("  zscore_skew: { metrics: [llm.ttft.p95, llm.tpot.p95, llm.e2e.p95, llm.queue.p99], window: 50 }\n");
     s.push_str("  kv_pressure: {}\n");

@@ -33,6 +33,10 @@ pub struct Thresholds {
     pub warning: f64,
     /// Level at or above which it fires as `critical`.
     pub critical: f64,
+    /// `for` of this detector, when it overrides the connector's (event-time ns).
+    pub for_ns: Option<u64>,
+    /// `stale_after` of this detector, when it overrides the connector's (event-time ns).
+    pub stale_ns: Option<u64>,
 }
 
 impl Thresholds {
@@ -67,6 +71,9 @@ pub struct Params {
     pub repeat_ns: u64,
     /// Most alerts held (pending or firing).
     pub max_alerts: usize,
+    /// A pending alert whose previous point is older than this restarts its `for` at the new point
+    /// (0: never), as Prometheus forgets a pending alert whose series went stale.
+    pub stale_ns: u64,
 }
 
 /// Where an alert is in its life cycle.
@@ -239,6 +246,13 @@ impl Lifecycle {
         if t < alert.last_seen {
             return (None, evicted);
         }
+        let p = Params { for_ns: th.for_ns.unwrap_or(p.for_ns), stale_ns: th.stale_ns.unwrap_or(p.stale_ns), ..p };
+        if let Phase::Pending { .. } = alert.phase
+            && p.stale_ns > 0
+            && t.saturating_sub(alert.last_seen) > p.stale_ns
+        {
+            alert.phase = Phase::Pending { since: t };
+        }
         alert.last_seen = t;
         let (next, out) = step(&alert.phase, p, t, sev);
         match next {
@@ -318,7 +332,7 @@ mod tests {
     use super::*;
 
     const S: u64 = 1_000_000_000;
-    const TH: Thresholds = Thresholds { warning: 0.6, critical: 0.8 };
+    const TH: Thresholds = Thresholds { warning: 0.6, critical: 0.8, for_ns: None, stale_ns: None };
 
     fn engine(for_s: u64, resolve_s: u64, repeat_s: u64, max: usize) -> Lifecycle {
         Lifecycle::new(Params {
@@ -326,6 +340,7 @@ mod tests {
             resolve_after_ns: resolve_s * S,
             repeat_ns: repeat_s * S,
             max_alerts: max,
+            stale_ns: 0,
         })
     }
 
@@ -342,6 +357,40 @@ mod tests {
         let got = kinds(&mut e, "a", &[(0, 0.7), (10, 0.7), (29, 0.65), (30, 0.7), (40, 0.1), (59, 0.1), (60, 0.1)]);
         assert_eq!(got, vec![(30, Kind::Fire, Severity::Warning), (60, Kind::Resolve, Severity::Warning)]);
         assert!(e.is_empty());
+    }
+
+    #[test]
+    fn a_gap_longer_than_stale_restarts_pending() {
+        let mut e = engine(120, 0, 0, 10);
+        e.params.stale_ns = 300 * S;
+        // Points an hour apart (duty-cycled input): each gap restarts the pending `for`, so a
+        // level that is high once per segment never fires ...
+        assert!(kinds(&mut e, "a", &[(0, 0.9), (3600, 0.9), (7200, 0.9)]).is_empty());
+        // ... while three points a minute apart, high for 120 s, do.
+        assert_eq!(kinds(&mut e, "a", &[(7260, 0.9), (7320, 0.9)]), vec![(7320, Kind::Fire, Severity::Critical)]);
+        // Without staleness the hourly points fire at the second one.
+        let mut e = engine(120, 0, 0, 10);
+        assert_eq!(kinds(&mut e, "b", &[(0, 0.9), (3600, 0.9)]), vec![(3600, Kind::Fire, Severity::Critical)]);
+    }
+
+    #[test]
+    fn per_detector_for_and_stale_override_the_connectors() {
+        let mut e = engine(120, 0, 0, 10);
+        e.params.stale_ns = 300 * S;
+        // An hourly detector (trend_forecast) with `for: 0s`: fires on its first high point.
+        let hourly = Thresholds { for_ns: Some(0), ..TH };
+        let got: Vec<_> = [(0u64, 0.7), (3600, 0.7)]
+            .iter()
+            .filter_map(|&(t, l)| e.observe("h", &[], t * S, l, hourly).0.map(|x| (t, x.kind)))
+            .collect();
+        assert_eq!(got, vec![(0, Kind::Fire)]);
+        // A detector with stale_after 0 (never stale) builds `for` across an hour's gap.
+        let never = Thresholds { stale_ns: Some(0), ..TH };
+        let got: Vec<_> = [(0u64, 0.7), (3600, 0.7)]
+            .iter()
+            .filter_map(|&(t, l)| e.observe("n", &[], t * S, l, never).0.map(|x| (t, x.kind)))
+            .collect();
+        assert_eq!(got, vec![(3600, Kind::Fire)]);
     }
 
     #[test]

@@ -44,6 +44,11 @@ pub struct DetectorThresholds {
     pub warning: Option<f64>,
     /// Critical threshold on the level.
     pub critical: Option<f64>,
+    /// `for` of this detector (default: the connector's).
+    #[serde(rename = "for")]
+    pub for_duration: Option<GoDuration>,
+    /// `stale_after` of this detector (default: the connector's).
+    pub stale_after: Option<GoDuration>,
 }
 
 /// Settings of the `alerts` connector.
@@ -61,6 +66,8 @@ pub struct AlertsConfig {
     pub resolve_after: GoDuration,
     /// Event time between repeated firing records of an unchanged alert (default 5m; 0: never).
     pub repeat_interval: GoDuration,
+    /// A pending alert whose previous point is older than this restarts its `for` (default 5m; 0s: never).
+    pub stale_after: GoDuration,
     /// Attributes (point, else resource) that, with detector and metric, identify an alert.
     pub group_by: Vec<String>,
     /// Thresholds per detector name.
@@ -76,6 +83,7 @@ impl Default for AlertsConfig {
             critical: 0.8,
             for_duration: GoDuration(Duration::ZERO),
             resolve_after: GoDuration(Duration::ZERO),
+            stale_after: GoDuration(Duration::from_secs(300)),
             repeat_interval: GoDuration(Duration::from_secs(300)),
             group_by: ["gen_ai.request.model", "service.version", "service.instance.id", "detector"]
                 .map(String::from)
@@ -100,7 +108,7 @@ fn thresholds(at: &str, warning: f64, critical: f64) -> Result<Thresholds, Field
             format!("must be in [warning, 1] = [{warning}, 1], got {critical}"),
         ));
     }
-    Ok(Thresholds { warning, critical })
+    Ok(Thresholds { warning, critical, for_ns: None, stale_ns: None })
 }
 
 /// A checked configuration in the units the connector uses.
@@ -129,7 +137,11 @@ impl AlertsConfig {
         for (name, d) in &self.per_detector {
             let w = d.warning.unwrap_or(th.warning);
             let c = d.critical.unwrap_or(th.critical.max(w));
-            per_detector.insert(name.clone(), thresholds(&format!("per_detector.{name}."), w, c)?);
+            let mut t = thresholds(&format!("per_detector.{name}."), w, c)?;
+            t.for_ns = d.for_duration.as_ref().map(|v| nanos(&format!("per_detector.{name}.for"), v)).transpose()?;
+            t.stale_ns =
+                d.stale_after.as_ref().map(|v| nanos(&format!("per_detector.{name}.stale_after"), v)).transpose()?;
+            per_detector.insert(name.clone(), t);
         }
         if self.max_alerts == 0 {
             return Err(FieldError::at("max_alerts", "must be at least 1"));
@@ -143,6 +155,7 @@ impl AlertsConfig {
                 resolve_after_ns: nanos("resolve_after", &self.resolve_after)?,
                 repeat_ns: nanos("repeat_interval", &self.repeat_interval)?,
                 max_alerts: self.max_alerts,
+                stale_ns: nanos("stale_after", &self.stale_after)?,
             },
             thresholds: th,
             per_detector,
