@@ -137,15 +137,7 @@ impl NvmlReceiver {
     /// A receiver that opens its source with `opener` on `start`.
     pub fn new(ctx: CreateContext, config: NvmlConfig, opener: SourceOpener) -> Self {
         let stats = NvmlStats { available: ctx.telemetry.nvml_available(&ctx.id), ..NvmlStats::default() };
-        NvmlReceiver {
-            id: ctx.id,
-            telemetry: ctx.telemetry,
-            config,
-            opener,
-            stats,
-            devices: Vec::new(),
-            running: None,
-        }
+        NvmlReceiver { id: ctx.id, telemetry: ctx.telemetry, config, opener, stats, devices: Vec::new(), running: None }
     }
 
     /// The receiver's counters (shared; they keep counting after this call).
