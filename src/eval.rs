@@ -124,6 +124,11 @@ async fn scenarios(dir: &Path, args: &EvalArgs) -> ExitCode {
     }
     bar.finish_and_clear();
     println!("{}", report::table(&runs));
+    let per_detector = report::detector_table(&runs);
+    if !per_detector.is_empty() {
+        println!("Per detector (first alert after the onset: +delay, or lead before the breach; FA = false alarms):\n");
+        println!("{per_detector}");
+    }
     if let Some(p) = &args.json {
         let text = serde_json::to_string_pretty(&report::json(&runs)).unwrap_or_default();
         if let Err(e) = std::fs::write(p, text) {

@@ -102,6 +102,53 @@ pub fn table(runs: &[ScenarioRun]) -> String {
     s
 }
 
+/// Per scenario and detector: the first alert after the onset (delay, or lead before the breach
+/// for drifts) and the false alarms, so detectors can be compared scenario by scenario.
+pub fn detector_table(runs: &[ScenarioRun]) -> String {
+    let mut names: Vec<String> = Vec::new();
+    for o in runs.iter().map(|r| &r.outcome) {
+        for d in o.detectors.iter().map(|(d, _)| d).chain(o.false_by_detector.iter().map(|(d, _)| d)) {
+            if !names.contains(d) {
+                names.push(d.clone());
+            }
+        }
+    }
+    names.sort();
+    if names.is_empty() {
+        return String::new();
+    }
+    let mut s = format!("| scenario | {} |\n", names.join(" | "));
+    s.push_str(&format!("| --- |{}\n", " --- |".repeat(names.len())));
+    for o in runs.iter().map(|r| &r.outcome) {
+        let cells: Vec<String> = names
+            .iter()
+            .map(|d| {
+                let hit =
+                    o.detectors.iter().find(|(x, _)| x == d).map(|&(_, t)| match (o.kind, o.breach_ns, o.onset_ns) {
+                        (Kind::Drift, Some(b), _) => format!("lead {}", human((b as f64 - t as f64) / 1e9)),
+                        (_, _, Some(on)) => format!("+{}", human((t as f64 - on as f64) / 1e9)),
+                        _ => "fired".to_string(),
+                    });
+                let fa = o.false_by_detector.iter().find(|(x, _)| x == d).map(|&(_, n)| format!("{n} FA"));
+                match (hit, fa) {
+                    (Some(h), Some(f)) => format!("{h}, {f}"),
+                    (Some(h), None) => h,
+                    (None, Some(f)) => f,
+                    (None, None) => {
+                        if o.detected.is_some() {
+                            "–".into()
+                        } else {
+                            "quiet".into()
+                        }
+                    }
+                }
+            })
+            .collect();
+        s.push_str(&format!("| {} | {} |\n", o.scenario, cells.join(" | ")));
+    }
+    s
+}
+
 /// The JSON report: totals and one entry per scenario.
 pub fn json(runs: &[ScenarioRun]) -> serde_json::Value {
     serde_json::json!({

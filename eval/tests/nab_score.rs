@@ -262,11 +262,10 @@ fn override_file_processors_keep_their_order() {
 }
 
 #[test]
-fn unknown_and_ml_detectors_are_refused_with_a_hint() {
+fn unknown_detectors_are_refused_with_a_hint() {
     let f = tiny_file();
-    let e = run::builtin_processors("lstm_ae", &f).unwrap_err().to_string();
+    let e = run::builtin_processors("nope", &f).unwrap_err().to_string();
     assert!(e.contains("--config"), "{e}");
-    assert!(run::builtin_processors("nope", &f).is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,4 +297,143 @@ async fn whole_corpus_with_zscore_skew() {
     assert_eq!(report.files, 58);
     let std = report.normalized("standard").unwrap();
     assert!((0.0..100.0).contains(&std), "{std}");
+}
+
+// ---- the windowed detectors (lstm_ae, pca) ----------------------------------------------------
+
+fn ml_registry() -> inferwatch_core::registry::Registry {
+    let mut r = registry();
+    inferwatch_ml::register(&mut r);
+    r
+}
+
+/// True when ONNX Runtime is found as the processor finds it; else prints SKIP (fails when
+/// INFERWATCH_REQUIRE_ORT=1).
+fn ort_available() -> bool {
+    use inferwatch_ml::runtime::{Runtime, Search};
+    match Runtime::load(&Search::from_process(None)) {
+        Ok(_) => true,
+        Err(e) if std::env::var("INFERWATCH_REQUIRE_ORT").as_deref() == Ok("1") => {
+            panic!("INFERWATCH_REQUIRE_ORT=1 but {e}")
+        }
+        Err(e) => {
+            println!("SKIP: no ONNX Runtime: {e}");
+            false
+        }
+    }
+}
+
+fn hourly(mut f: NabFile) -> NabFile {
+    f.timestamps.iter_mut().for_each(|t| *t *= 60);
+    f.windows.iter_mut().for_each(|(a, b)| (*a, *b) = (*a * 60, *b * 60));
+    f
+}
+
+#[test]
+fn ml_rows_use_the_nab_models_at_the_files_step() {
+    for (d, model) in [("lstm_ae", run::LSTM_AE_MODEL), ("pca", run::PCA_MODEL)] {
+        let p = run::builtin_processors(d, &tiny_file()).unwrap();
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].0, d);
+        let path = PathBuf::from(p[0].1["model"].as_str().unwrap());
+        assert!(path.ends_with(model) && path.is_file(), "{}", path.display());
+        assert_eq!(p[0].1["step"], "60s");
+        assert_eq!(p[0].1["level"]["critical_error"], run::NAB_CRITICAL_ERROR);
+        assert_eq!(run::builtin_processors(d, &hourly(tiny_file())).unwrap()[0].1["step"], "3600s");
+        assert!(run::is_windowed(&p));
+    }
+    let z = run::builtin_processors("zscore_skew", &tiny_file()).unwrap();
+    assert!(!run::is_windowed(&z));
+    assert!(run::is_windowed(&[("pca/nab".into(), serde_json::Value::Null)]));
+    // The committed cards are univariate z-value cards (mean 0, std 1) for the runner's gauge.
+    for card in [run::LSTM_AE_MODEL.replace(".onnx", ".json"), run::PCA_MODEL.into()] {
+        let c = inferwatch_ml::card::Card::load(&run::repo_file(&card)).unwrap();
+        assert_eq!(
+            (c.signals.as_slice(), c.mean.as_slice(), c.std.as_slice()),
+            (&[run::METRIC.to_string()][..], &[0.0][..], &[1.0][..])
+        );
+        assert_eq!(c.t, 12);
+    }
+}
+
+#[test]
+fn standardised_uses_the_probationary_rows_only() {
+    // 20 rows: probation floor(0.15·20) = 3 rows (1, 2, 3): mean 2, population std sqrt(2/3).
+    let mut f = tiny_file();
+    f.values = (0..20).map(|i| if i < 3 { f64::from(i + 1) } else { 100.0 }).collect();
+    let (mean, std) = run::probationary_stats(&f);
+    assert!((mean - 2.0).abs() < 1e-12 && (std - (2.0f64 / 3.0).sqrt()).abs() < 1e-12, "{mean} {std}");
+    let z = run::standardised(&f);
+    assert_eq!(z.timestamps, f.timestamps);
+    assert!((z.values[0] + 1.0 / std).abs() < 1e-12);
+    assert!((z.values[19] - 98.0 / std).abs() < 1e-9);
+    // A constant probation is floored, not divided by zero.
+    f.values = vec![5.0; 20];
+    assert_eq!(run::probationary_stats(&f), (5.0, run::STD_FLOOR));
+}
+
+#[test]
+fn window_levels_score_the_last_row_of_their_bucket() {
+    use inferwatch_eval::harness::Point;
+    let f = tiny_file();
+    let at = |t: u64, v: f64| Point { time_ns: t, value: v, attrs: Default::default() };
+    // A window ending at bucket 5 is emitted at (5 + 1)·step − 1: row 5, not row 6.
+    let pts = [at(6 * MIN - 1, 0.7), at(2 * MIN, 0.4), at(20 * MIN, 0.9)];
+    let (before, n) = run::row_scores_aligned(&f, &pts, run::Align::AtOrBefore);
+    assert_eq!(n, 2);
+    assert_eq!((before[5], before[6], before[2], before[19]), (0.7, 0.0, 0.4, 0.9));
+    let (after, _) = run::row_scores_aligned(&f, &pts, run::Align::AtOrAfter);
+    assert_eq!((after[5], after[6], after[2]), (0.0, 0.7, 0.4));
+    assert_eq!(after.iter().filter(|&&s| s > 0.0).count(), 2); // the point after the last row has no row
+}
+
+/// Runs `detector`'s built-in row over one real file; checks the level points against its windows.
+async fn windowed_run(detector: &str, name: &str) -> Option<(NabFile, run::FileRun)> {
+    let c = real_corpus()?;
+    let f = c.files.iter().find(|f| f.name == name).unwrap().clone();
+    let procs = run::builtin_processors(detector, &f).unwrap();
+    let r = run::run_file(&f, &procs, ml_registry()).await.unwrap();
+    // Every level is at a bucket end (no row's timestamp) and lands on a distinct row.
+    assert_eq!(r.unmatched, r.points);
+    assert_eq!(r.scores.iter().filter(|&&s| s > 0.0).count(), r.points);
+    // No window before T = 12 buckets.
+    assert!(r.scores[..11].iter().all(|&s| s == 0.0));
+    Some((f, r))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pca_runs_on_an_hourly_file_at_its_own_step() {
+    // Hourly rows: at the card's 300 s step every bucket would be followed by gaps and no window
+    // would ever form; the `step` override makes one window per row after 12 consecutive hours.
+    let Some((f, r)) = windowed_run("pca", "realKnownCause/ambient_temperature_system_failure.csv").await else {
+        return;
+    };
+    assert_eq!(f.step_ns(), 3_600_000_000_000);
+    assert!(r.points > f.len() * 9 / 10, "{} points for {} rows", r.points, f.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lstm_ae_scores_every_window_of_a_regular_file_and_finds_the_jump() {
+    if !ort_available() {
+        return;
+    }
+    let Some((f, r)) = windowed_run("lstm_ae", "artificialWithAnomaly/art_daily_jumpsup.csv").await else {
+        return;
+    };
+    // 4032 regular 5-minute rows: a window at every row from the 12th.
+    assert_eq!(r.points, f.len() - 11);
+    let (l, rr) = f.window_rows()[0];
+    let top = (0..r.scores.len()).max_by(|&a, &b| r.scores[a].total_cmp(&r.scores[b])).unwrap();
+    assert!((l..=rr).contains(&top), "top score at row {top}, window {l}..={rr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs the whole corpus through lstm_ae or pca; run with --ignored (NAB_DETECTOR: lstm_ae or pca)"]
+async fn whole_corpus_with_ml_detectors() {
+    let detector = std::env::var("NAB_DETECTOR").unwrap_or_else(|_| "lstm_ae".into());
+    let report = inferwatch_eval::nab::run_nab(&nab_dir(), &detector, None, ml_registry(), &|_, _| {}).await.unwrap();
+    report.print_table();
+    println!("elapsed {:.1} s, level points {}", report.elapsed_s, report.level_points);
+    assert_eq!(report.files, 58);
+    assert!(report.level_points > 300_000, "{}", report.level_points);
 }

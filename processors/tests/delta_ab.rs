@@ -4,9 +4,10 @@ use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, metrics};
 use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, ProcessorFactory};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::state::StateError;
+use inferwatch_core::state::{seal, unseal};
 use inferwatch_core::telemetry::Telemetry;
-use inferwatch_processors::delta_ab::DeltaAbFactory;
 use inferwatch_processors::delta_ab::stats::{XorShift, quantile_sorted};
+use inferwatch_processors::delta_ab::{DeltaAbFactory, STATE_VERSION};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -402,7 +403,7 @@ fn delta_ab_snapshot_restore_continues_as_if_never_stopped() {
         let mut first = Harness::new(cfg.clone());
         let mut got = run(&mut first, &steps[..cut]);
         let bytes = first.proc.snapshot().unwrap();
-        assert_eq!(first.proc.state_version(), 1);
+        assert_eq!(first.proc.state_version(), 2, "version 2 carries the look-back ring");
         let mut second = Harness::new(cfg.clone());
         second.proc.restore(&bytes).unwrap();
         assert_eq!(second.proc.series_count(), first.proc.series_count());
@@ -462,6 +463,7 @@ fn delta_ab_config_errors_name_the_key() {
     assert_eq!(f.signals(), &[Signal::Metrics]);
     assert!(f.arrow().is_some());
     assert!(f.validate(&cfg()).is_ok());
+    assert!(f.validate(&json!({"metric": METRIC, "baseline": "A", "candidate": "B", "lookback": "168h"})).is_ok());
     let key = |k: &str| PathSeg::Key(k.into());
     let with = |extra: serde_json::Value| {
         let mut c = cfg();
@@ -484,6 +486,10 @@ fn delta_ab_config_errors_name_the_key() {
         (with(json!({"group_by": ["a", ""]})), vec![key("group_by"), PathSeg::Index(1)]),
         (with(json!({"max_samples": 10})), vec![key("max_samples")]),
         (with(json!({"max_series": 0})), vec![key("max_series")]),
+        (with(json!({"lookback": "15m"})), vec![key("lookback")]),
+        (with(json!({"lookback": "0s"})), vec![key("lookback")]),
+        (with(json!({"lookback": "169h"})), vec![key("lookback")]),
+        (with(json!({"max_points": 9999})), vec![key("max_points")]),
     ] {
         let e = f.validate(&c).unwrap_err();
         assert_eq!(e.path, path, "{c}: {}", e.message);
@@ -532,5 +538,206 @@ proptest! {
         let got = out[0].value;
         prop_assert!((got - want).abs() <= 1e-9 * want.abs().max(1.0), "{got} vs {want}");
         prop_assert!(out[0].num("delta_ab.ci_low") <= out[0].num("delta_ab.ci_high"));
+    }
+}
+
+fn lookback_cfg(lookback: &str) -> serde_json::Value {
+    json!({"metric": METRIC, "baseline": "A", "candidate": "B", "lookback": lookback})
+}
+
+/// The comparison part of an output: without `delta_ab.lookback_s` (the one attribute a look-back
+/// changes by itself) and the resource (the group's, from its first candidate point ever, which
+/// may lie before the look-back).
+fn comparison(out: &[Out]) -> Vec<Out> {
+    out.iter()
+        .cloned()
+        .map(|mut o| {
+            o.attrs.remove("delta_ab.lookback_s");
+            o.resource.clear();
+            o
+        })
+        .collect()
+}
+
+#[test]
+fn delta_ab_lookback_pairs_a_request_across_a_window_boundary() {
+    // 60 mirrored requests: the A copy at the end of window 0, the B copy (6 ms slower) just after
+    // the boundary, in window 1.
+    let a = lognormal(21, 60);
+    let pa: Vec<P> = (0..60)
+        .map(|i| P {
+            version: "A",
+            model: "llama",
+            id: Some(format!("r{i}")),
+            time: BASE + WINDOW - 60 * S + i * S,
+            value: a[i as usize],
+        })
+        .collect();
+    let pb: Vec<P> = (0..60)
+        .map(|i| P {
+            version: "B",
+            model: "llama",
+            id: Some(format!("r{i}")),
+            time: BASE + WINDOW + i * S,
+            value: a[i as usize] + 0.006,
+        })
+        .collect();
+    let outputs = |cfg: serde_json::Value| {
+        let mut h = Harness::new(cfg);
+        h.process(&pa);
+        h.process(&pb);
+        let w0 = h.advance(BASE + WINDOW);
+        let w1 = h.advance(BASE + 2 * WINDOW);
+        (w0, w1)
+    };
+    // Each window on its own: window 1 has no baseline point, nothing pairs.
+    let (_, alone) = outputs(cfg());
+    assert_eq!(alone[0].attr("delta_ab.mode"), "window");
+    assert_eq!(alone[0].attr("delta_ab.verdict"), "inconclusive");
+    assert_eq!(alone[0].num("delta_ab.n_baseline"), 0.0);
+    assert_eq!(alone[0].num("delta_ab.lookback_s"), 600.0);
+    // A 20-minute look-back: window 1 pairs the copies of window 0 and window 1.
+    let (w0, w1) = outputs(lookback_cfg("20m"));
+    assert_eq!(w0[0].num("delta_ab.n_candidate"), 0.0, "window 0 has only the A copies");
+    let (level, score) = level_and_score(&w1);
+    assert_eq!(w1[0].time, BASE + 2 * WINDOW);
+    assert_eq!(w1[0].attr("delta_ab.mode"), "paired");
+    assert_eq!((w1[0].num("delta_ab.n_pairs"), w1[0].num("delta_ab.n_baseline")), (60.0, 60.0));
+    assert!((score - 6.0).abs() < 1e-6, "every pair is 6 ms apart: {score}");
+    assert_eq!(w1[0].attr("delta_ab.verdict"), "regression");
+    assert!(level >= 0.8, "{level}");
+    assert_eq!(w1[0].num("delta_ab.lookback_s"), 1200.0);
+    assert_eq!(w1[0].num("delta_ab.window_s"), 600.0);
+}
+
+#[test]
+fn delta_ab_lookback_is_capped_by_max_points() {
+    let mut h = Harness::new(json!({
+        "metric": METRIC, "baseline": "A", "candidate": "B", "lookback": "1h",
+        "max_samples": 50, "max_points": 120
+    }));
+    let mut last = Vec::new();
+    for w in 0..4u64 {
+        h.process(&points("A", w, &lognormal(100 + w, 50), false));
+        h.process(&points("B", w, &lognormal(200 + w, 50), false));
+        last = h.advance(BASE + (w + 1) * WINDOW);
+    }
+    // 50 values per version and window, at most 120 over the look-back: two windows, not four.
+    let o = &last[0];
+    assert_eq!((o.num("delta_ab.n_baseline"), o.num("delta_ab.n_candidate")), (100.0, 100.0));
+    assert_eq!(o.num("delta_ab.lookback_s"), 1200.0, "the span actually used");
+    // The same as a 20-minute look-back, which uses the same two windows.
+    let mut h20 = Harness::new(lookback_cfg("20m"));
+    let mut last20 = Vec::new();
+    for w in 0..4u64 {
+        h20.process(&points("A", w, &lognormal(100 + w, 50), false));
+        h20.process(&points("B", w, &lognormal(200 + w, 50), false));
+        last20 = h20.advance(BASE + (w + 1) * WINDOW);
+    }
+    assert_eq!(last, last20);
+}
+
+#[test]
+fn delta_ab_lookback_snapshot_restore_continues_as_if_never_stopped() {
+    let cfg = json!({
+        "metric": METRIC, "baseline": "A", "candidate": "B", "lookback": "30m", "idle_timeout": "15m"
+    });
+    let steps = script();
+    let mut whole = Harness::new(cfg.clone());
+    let want = run(&mut whole, &steps);
+    assert!(
+        want.iter().any(|o| o.name == "llm.anomaly.level" && o.num("delta_ab.lookback_s") == 1800.0),
+        "some evaluation spans the whole look-back"
+    );
+    for cut in [3, 6, 9, 12] {
+        let mut first = Harness::new(cfg.clone());
+        let mut got = run(&mut first, &steps[..cut]);
+        let bytes = first.proc.snapshot().unwrap();
+        let mut second = Harness::new(cfg.clone());
+        second.proc.restore(&bytes).unwrap();
+        assert_eq!(second.proc.snapshot().unwrap(), bytes, "restore then snapshot gives the same bytes");
+        got.extend(run(&mut second, &steps[cut..]));
+        assert_eq!(got, want, "cut after step {cut}");
+    }
+    // A checkpoint of the previous state version is refused by the stage's envelope check.
+    assert_eq!(STATE_VERSION, 2);
+    let old = seal("delta_ab", 1, &whole.proc.snapshot().unwrap());
+    let msg = unseal("stage/delta_ab", "delta_ab", STATE_VERSION, &old).unwrap_err().to_string();
+    assert!(msg.contains("state version 1, this build reads 2"), "{msg}");
+}
+
+/// One generated window: the (request id, value) points of each version; id None = no id.
+type GenWindow = (Vec<(Option<u8>, f64)>, Vec<(Option<u8>, f64)>);
+
+fn gen_points(version: &'static str, pts: &[(Option<u8>, f64)], time: impl Fn(usize) -> u64) -> Vec<P> {
+    pts.iter()
+        .enumerate()
+        .map(|(i, (id, value))| P {
+            version,
+            model: "llama",
+            id: id.map(|x| format!("r{x}")),
+            time: time(i),
+            value: *value,
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    /// At each window's end, the look-back output equals the single-window computation run on
+    /// the concatenation of the last N windows' points (placed in the current window).
+    #[test]
+    fn delta_ab_lookback_equals_one_window_over_the_concatenated_points(
+        n in 1u64..5,
+        windows in prop::collection::vec(
+            (
+                prop::collection::vec((prop::option::weighted(0.8, 0u8..40), 0.0f64..1.0), 0..25),
+                prop::collection::vec((prop::option::weighted(0.8, 0u8..40), 0.0f64..1.0), 0..25),
+            ),
+            1..8,
+        ),
+        stat in prop::sample::select(vec!["p50", "p95", "mean"]),
+    ) {
+        let windows: Vec<GenWindow> = windows;
+        let common = json!({
+            "metric": METRIC, "baseline": "A", "candidate": "B", "statistic": stat, "resamples": 20,
+            "min_samples": 4, "max_samples": 1000
+        });
+        let mut lcfg = common.clone();
+        lcfg["lookback"] = json!(format!("{}m", 10 * n));
+        let mut h = Harness::new(lcfg);
+        let mut evaluations = 0;
+        for (w, (a, b)) in windows.iter().enumerate() {
+            let w = w as u64;
+            let at = |i: usize| BASE + w * WINDOW + i as u64 * S;
+            h.process(&gen_points("A", a, at));
+            h.process(&gen_points("B", b, at));
+            let got = h.advance(BASE + (w + 1) * WINDOW);
+            if a.is_empty() && b.is_empty() {
+                prop_assert!(got.is_empty(), "no point in window {}: no output", w);
+                continue;
+            }
+            evaluations += 1;
+            // Brute force: one window holding the last n windows' points, oldest first.
+            let first = (w + 1).saturating_sub(n);
+            let mut brute = Harness::new(common.clone());
+            let at_now = |i: usize| BASE + w * WINDOW + i as u64;
+            let (mut pa, mut pb) = (Vec::new(), Vec::new());
+            for (ea, eb) in &windows[first as usize..=w as usize] {
+                pa.extend_from_slice(ea);
+                pb.extend_from_slice(eb);
+            }
+            brute.process(&gen_points("A", &pa, at_now));
+            brute.process(&gen_points("B", &pb, at_now));
+            let want = brute.advance(BASE + (w + 1) * WINDOW);
+            prop_assert_eq!(comparison(&got), comparison(&want));
+            let oldest = (first..=w).find(|&k| {
+                let (ea, eb) = &windows[k as usize];
+                !(ea.is_empty() && eb.is_empty())
+            }).unwrap();
+            prop_assert_eq!(got[0].num("delta_ab.lookback_s"), ((w + 1 - oldest) * 600) as f64);
+        }
+        prop_assert!(evaluations > 0 || windows.iter().all(|(a, b)| a.is_empty() && b.is_empty()));
     }
 }

@@ -12,10 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 NAB = ROOT / "tests" / "fixtures" / "nab"
 
 
-def test_eval_scores_a_fast_fault_and_an_ab_pair(run_cli, tmp_path):
+def test_eval_scores_a_fast_fault_a_5ms_regression_and_an_aa_pair(run_cli, tmp_path):
     lib = tmp_path / "lib"
     lib.mkdir()
-    for name in ("queue_blocking_strong", "healthy_ab_control"):
+    for name in ("queue_blocking_strong", "healthy_ab_control", "ab_regression_5ms"):
         shutil.copy(ROOT / "scenarios" / f"{name}.yaml", lib / f"{name}.yaml")
     out = tmp_path / "report.json"
     charts = tmp_path / "charts"
@@ -35,7 +35,13 @@ def test_eval_scores_a_fast_fault_and_an_ab_pair(run_cli, tmp_path):
     assert first["detector"] in ("kv_pressure", "zscore_skew") and first["metric"].startswith("llm.")
     aa = by["healthy_ab_control"]["outcome"]
     assert aa["kind"] == "ab" and aa["detected"] is None and aa["pass"] is True
-    assert rep["totals"]["scenarios"] == 2
+    # The library's 5 ms TTFT-p95 regression (ground truth +5.43 ms), mirrored and fully traced:
+    # delta_ab, pooling the last 3 h of paired requests, warns; no other detector is judged.
+    ab = by["ab_regression_5ms"]
+    assert ab["outcome"]["detected"] is True and ab["outcome"]["pass"] is True, ab["outcome"]
+    assert ab["outcome"]["first_alert"]["detector"] == "delta_ab"
+    assert all(a["detector"] != "delta_ab" for a in by["healthy_ab_control"]["alerts"])
+    assert rep["totals"]["scenarios"] == 3
     for name in ("queue_blocking_strong", "healthy_ab_control"):
         svg = (charts / f"{name}.svg").read_text()
         assert svg.startswith("<svg") and "SLO threshold" in svg and "llm.queue.p99" in svg or "llm.ttft.p95" in svg

@@ -268,3 +268,37 @@ def test_train_lstm_ae_without_numpy_names_the_fix(inferwatch_bin, tmp_path):
     err = proc.stderr + proc.stdout
     assert "numpy" in err and "pip install -r tests/e2e/requirements.txt" in err, err
     assert not (tmp_path / "x.onnx").exists()
+
+
+# ---- the NAB models (scripts/lstm_ae/nab.py) ---------------------------------------------------------
+
+
+def test_nab_training_uses_probationary_z_windows_at_each_files_step(tmp_path):
+    import time
+
+    import nab
+
+    # Two files of 200 rows (probation floor(0.15*200) = 30 rows, 19 windows of 12 each): 5-minute rows far
+    # from 0 and hourly rows; the last 20 % of each file's probationary windows (4) are held out.
+    t0 = 1_400_000_000
+    (tmp_path / "data" / "a").mkdir(parents=True)
+    (tmp_path / "labels").mkdir()
+    for name, step, f in (("x", 300, lambda i: 1000.0 + 5.0 * math.sin(i / 3.0)), ("y", 3600, lambda i: i % 7)):
+        rows = ["timestamp,value"] + [
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(t0 + i * step))},{f(i)}" for i in range(200)]
+        (tmp_path / "data" / "a" / f"{name}.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "labels" / "combined_windows.json").write_text(json.dumps({"a/x.csv": [], "a/y.csv": []}))
+    out = tmp_path / "m.onnx"
+    assert nab.main(["--nab", str(tmp_path), "--out", str(out), "--pca-out", str(tmp_path / "p.json"),
+                     "--epochs", "1", "--hidden", "4"]) == 0
+    card = json.loads(out.with_suffix(".json").read_text())
+    assert card["signals"] == ["nab.value"] and card["mean"] == [0.0] and card["std"] == [1.0] and card["T"] == 12
+    assert card["nab"]["file_steps_s"] == [300, 3600]
+    assert card["training"]["windows"] == 30 and card["metrics"]["holdout_windows"] == 8
+    check_runs(out, 12, 1)
+    pca_card = json.loads((tmp_path / "p.json").read_text())
+    assert pca_card["detector"] == "pca" and len(pca_card["mean_vec"]) == 12
+    # The windows are z-values of the probationary rows, not the raw ~1000s.
+    ts, vs = nab.read_csv(tmp_path / "data" / "a" / "x.csv")
+    w = nab.file_windows("a/x.csv", ts, vs, 12, 10.0)
+    assert len(w) == 19 and np.abs(w.x).max() < 3.0

@@ -4,6 +4,10 @@
 //! Each file runs in its own pipeline (NAB files overlap in time, so one shared event-time clock
 //! would drop most of them as late): gauge `nab.value`, one point per row at the row's timestamp,
 //! resource attribute `service.instance.id` = the file's path, sent in chunks of [`CHUNK`] rows.
+//!
+//! Windowed detectors (`lstm_ae`, `pca`: [`WINDOWED`]) see each file standardised by its
+//! probationary mean and std ([`standardised`]), bucketed at the file's own step, and each level
+//! (emitted at its bucket's end) scores the last row at or before it ([`Align::AtOrBefore`]).
 
 use super::data::NabFile;
 use crate::error::EvalError;
@@ -19,7 +23,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Name of the gauge a NAB row becomes.
 pub const METRIC: &str = "nab.value";
@@ -30,9 +34,18 @@ pub const INSTANCE_ATTR: &str = "service.instance.id";
 /// Rows per payload.
 pub const CHUNK: usize = 1000;
 /// Detectors with a built-in NAB configuration.
-pub const BUILTIN: &[&str] = &["zscore_skew", "trend_forecast"];
-/// Detectors of the ml crate: no built-in configuration yet, run them with `--config`.
-pub const ML_HOOK: &[&str] = &["lstm_ae", "pca"];
+pub const BUILTIN: &[&str] = &["zscore_skew", "trend_forecast", "lstm_ae", "pca"];
+/// Processor types of the ml crate: window detectors fed z-values, with levels at bucket ends.
+pub const WINDOWED: &[&str] = &["lstm_ae", "pca"];
+/// The univariate NAB `lstm_ae` model (relative to the repository root; card next to it).
+pub const LSTM_AE_MODEL: &str = "models/nab/lstm_ae_nab.onnx";
+/// The univariate NAB `pca` card (relative to the repository root).
+pub const PCA_MODEL: &str = "models/nab/pca_nab.json";
+/// Error at level 0.8 in the NAB rows of the windowed detectors: clip² = 100, the error of a window
+/// at the clip everywhere reconstructed as 0, so that levels do not saturate below it.
+pub const NAB_CRITICAL_ERROR: f64 = 100.0;
+/// Smallest standard deviation used by [`standardised`] (the model card's floor).
+pub const STD_FLOOR: f64 = 1e-6;
 
 /// Idle expiry for the built-in configurations: NAB files have gaps of up to 174 h that are not new series.
 const IDLE: &str = "10000h";
@@ -43,8 +56,9 @@ const HOUR_NS: u64 = 3_600_000_000_000;
 /// - `zscore_skew`: `{metrics: [nab.value], window: 50}`.
 /// - `trend_forecast`: `{metric: nab.value, aggregate: max(step, 1h), history: 14d}`, threshold =
 ///   max + range of the file's probationary rows, direction above (NAB has no SLO; this is a stand-in).
-/// - `lstm_ae`, `pca` ([`ML_HOOK`]): an error asking for `--config` until the ml crate's NAB settings exist;
-///   add a row here then.
+/// - `lstm_ae`, `pca`: the univariate NAB models ([`LSTM_AE_MODEL`], [`PCA_MODEL`], found by
+///   [`repo_file`]) with `step` = the file's step, `level.critical_error` = [`NAB_CRITICAL_ERROR`];
+///   the runner sends them z-values ([`standardised`]).
 pub fn builtin_processors(detector: &str, file: &NabFile) -> Result<Vec<(String, Value)>, EvalError> {
     match detector {
         "zscore_skew" => Ok(vec![(
@@ -63,15 +77,65 @@ pub fn builtin_processors(detector: &str, file: &NabFile) -> Result<Vec<(String,
                        "aggregate": format!("{agg_s}s"), "idle_timeout": IDLE}),
             )])
         }
-        d if ML_HOOK.contains(&d) => Err(EvalError::Config(format!(
-            "{d} has no built-in NAB configuration yet: pass --config FILE with a `processors:` entry for it \
-             (docs/eval-nab.md)"
-        ))),
+        "lstm_ae" | "pca" => {
+            let step_s = file.step_ns() / 1_000_000_000;
+            if step_s == 0 {
+                return Err(EvalError::Data(format!("{}: no step of a whole second between rows", file.name)));
+            }
+            let model = repo_file(if detector == "pca" { PCA_MODEL } else { LSTM_AE_MODEL });
+            let cfg = json!({"model": model.display().to_string(), "step": format!("{step_s}s"),
+                             "idle_timeout": IDLE, "max_batch": 1024,
+                             "level": {"critical_error": NAB_CRITICAL_ERROR}});
+            Ok(vec![(detector.into(), cfg)])
+        }
         other => Err(EvalError::Config(format!(
             "unknown NAB detector {other:?}: built in are {}; others need --config FILE",
             BUILTIN.join(", ")
         ))),
     }
+}
+
+/// `rel` under the first of the working directory and its parents, then the executable's
+/// directory and its parents, where it exists (so `models/...` is found from the repository root,
+/// a crate directory or `target/release/`); else `rel` as given.
+pub fn repo_file(rel: &str) -> PathBuf {
+    let exe_dir = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf));
+    let starts = std::env::current_dir().ok().into_iter().chain(exe_dir);
+    for start in starts {
+        for dir in start.ancestors() {
+            let p = dir.join(rel);
+            if p.exists() {
+                return p;
+            }
+        }
+    }
+    PathBuf::from(rel)
+}
+
+/// True when a processor of `processors` is a windowed detector ([`WINDOWED`]; the type is the id
+/// before any `/`).
+pub fn is_windowed(processors: &[(String, Value)]) -> bool {
+    processors.iter().any(|(id, _)| WINDOWED.contains(&id.split('/').next().unwrap_or_default()))
+}
+
+/// Mean and population standard deviation (floored at [`STD_FLOOR`]) of the file's probationary
+/// rows (at least the first row).
+pub fn probationary_stats(file: &NabFile) -> (f64, f64) {
+    let n = (super::score::probationary_length(file.len()).max(1.0) as usize).min(file.len());
+    let head = &file.values[..n];
+    if head.is_empty() {
+        return (0.0, 1.0);
+    }
+    let mean = head.iter().sum::<f64>() / head.len() as f64;
+    let var = head.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / head.len() as f64;
+    let std = var.sqrt();
+    (mean, if std.is_finite() { std.max(STD_FLOOR) } else { 1.0 })
+}
+
+/// The file with every value replaced by its z-value against [`probationary_stats`].
+pub fn standardised(file: &NabFile) -> NabFile {
+    let (mean, std) = probationary_stats(file);
+    NabFile { values: file.values.iter().map(|v| (v - mean) / std).collect(), ..file.clone() }
 }
 
 /// Processors (id, settings) of an override file's `processors:` section, in file order.
@@ -146,12 +210,26 @@ pub fn payloads(file: &NabFile) -> Vec<Payload> {
         .collect()
 }
 
+/// Where a level point at no row's timestamp goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// The first row at or after it (a detector that emits after its input).
+    AtOrAfter,
+    /// The last row at or before it (a window detector emitting at its bucket's end).
+    AtOrBefore,
+}
+
+/// [`row_scores_aligned`] with [`Align::AtOrAfter`].
+pub fn row_scores(file: &NabFile, points: &[Point]) -> (Vec<f64>, usize) {
+    row_scores_aligned(file, points, Align::AtOrAfter)
+}
+
 /// Per-row anomaly scores from the level points of `file`: a point goes to a row with its exact
 /// timestamp (rows sharing a timestamp take that timestamp's points in arrival order); a point at
-/// no row's timestamp goes to the first row at or after it (the highest level wins). Rows without
+/// no row's timestamp goes to the row `align` names (the highest level wins). Rows without
 /// a point score 0; levels are clamped to [0, 1] and NaN is 0. Returns the scores and how many
 /// points matched no row exactly.
-pub fn row_scores(file: &NabFile, points: &[Point]) -> (Vec<f64>, usize) {
+pub fn row_scores_aligned(file: &NabFile, points: &[Point], align: Align) -> (Vec<f64>, usize) {
     let mut by_time: HashMap<u64, VecDeque<f64>> = HashMap::new();
     for p in points.iter().filter(|p| p.attrs.get(INSTANCE_ATTR).is_none_or(|n| *n == file.name)) {
         let v = if p.value.is_nan() { 0.0 } else { p.value.clamp(0.0, 1.0) };
@@ -171,8 +249,13 @@ pub fn row_scores(file: &NabFile, points: &[Point]) -> (Vec<f64>, usize) {
     for (t, q) in by_time {
         for v in q {
             unmatched += 1;
-            let at = sorted.partition_point(|&(rt, _)| rt < t);
-            if let Some(&(_, i)) = sorted.get(at) {
+            let row = match align {
+                Align::AtOrAfter => sorted.get(sorted.partition_point(|&(rt, _)| rt < t)),
+                Align::AtOrBefore => {
+                    sorted.partition_point(|&(rt, _)| rt <= t).checked_sub(1).and_then(|at| sorted.get(at))
+                }
+            };
+            if let Some(&(_, i)) = row {
                 scores[i] = scores[i].max(v);
             }
         }
@@ -191,18 +274,23 @@ pub struct FileRun {
     pub unmatched: usize,
 }
 
-/// Runs the pipeline of `processors` over one file and returns its per-row scores.
+/// Runs the pipeline of `processors` over one file and returns its per-row scores. With a
+/// windowed detector ([`is_windowed`]) the file is sent [`standardised`] and points align
+/// [`Align::AtOrBefore`].
 pub async fn run_file(
     file: &NabFile,
     processors: &[(String, Value)],
     registry: Registry,
 ) -> Result<FileRun, EvalError> {
+    let windowed = is_windowed(processors);
     let harness = Harness::start(&pipeline_yaml(processors), registry).await?;
-    for p in payloads(file) {
+    let sent = if windowed { payloads(&standardised(file)) } else { payloads(file) };
+    for p in sent {
         harness.send(p).await?;
     }
     let captured = harness.finish().await?;
     let points = captured.points(LEVEL);
-    let (scores, unmatched) = row_scores(file, &points);
+    let align = if windowed { Align::AtOrBefore } else { Align::AtOrAfter };
+    let (scores, unmatched) = row_scores_aligned(file, &points, align);
     Ok(FileRun { scores, points: points.len(), unmatched })
 }

@@ -5,45 +5,53 @@
 use super::truth::{GroundTruth, Kind};
 use std::collections::BTreeMap;
 
-/// The variables of a scenario a pipeline template may use.
+/// The variables of a scenario a pipeline template may use. For A/B scenarios BASELINE and
+/// CANDIDATE are the two instances (`service.instance.id`), so an A/A pair on one version works too.
 pub fn variables(truth: &GroundTruth) -> BTreeMap<&'static str, String> {
     let mut v = BTreeMap::new();
     v.insert("SLO_SIGNAL", truth.slo_signal());
     v.insert("SLO_THRESHOLD", format!("{}", truth.slo.threshold_s));
-    v.insert("BASELINE", "v1".to_string());
-    v.insert("CANDIDATE", "v2".to_string());
+    let (a, b) = truth.ab.as_ref().map(|ab| (ab.baseline.clone(), ab.candidate.clone())).unwrap_or_default();
+    v.insert("BASELINE", a);
+    v.insert("CANDIDATE", b);
     v
 }
 
-/// Whether the scenario's spans are fed (A/B scenarios: delta_ab pairs per-request points).
-pub fn wants_spans(truth: &GroundTruth) -> bool {
-    truth.kind() == Kind::Ab
+/// Whether the scenario's spans are fed (always: the span-derived percentiles feed trend_forecast,
+/// and A/B scenarios' per-request points feed delta_ab).
+pub fn wants_spans(_truth: &GroundTruth) -> bool {
+    true
 }
 
-/// The default detector pipeline for a scenario: llm_signals from the scraped metrics, the
-/// single-signal detectors, trend_forecast on the SLO's own signal, the alerts connector; for
-/// A/B scenarios also per-request points from the spans into delta_ab.
+/// The default detector pipeline for a scenario (docs/eval.md): llm_signals from the scraped
+/// metrics into zscore_skew, kv_pressure and trend_forecast; llm_signals from the spans (5-minute
+/// windows over exact per-request values) into a second trend_forecast on the SLO's signal; for
+/// A/B scenarios per-request points into delta_ab; all levels into the alerts connector.
 pub fn default_config(truth: &GroundTruth) -> String {
     let v = variables(truth);
     let signal = &v["SLO_SIGNAL"];
     let threshold = &v["SLO_THRESHOLD"];
     let ab = truth.kind() == Kind::Ab;
+    let trend =
+        format!("{{ metric: {signal}, threshold: {threshold}, direction: above, horizon: 21d, aggregate: 1h }}");
     let mut s = String::new();
     s.push_str("receivers:\n  eval_feed: {}\n");
-    s.push_str("connectors:\n  llm_signals: {}\n");
+    s.push_str("connectors:\n  llm_signals: {}\n  llm_signals/spans: { window: 5m }\n");
     if ab {
         s.push_str("  llm_signals/requests: { per_request: true }\n");
     }
-    s.push_str("  alerts: { warning: 0.6, critical: 0.8, for: 2m, per_detector: { trend_forecast: { for: 0s }, delta_ab: { for: 0s } } }\n");
+    s.push_str(
+        "  alerts: { warning: 0.6, critical: 0.8, for: 2m, \
+         per_detector: { trend_forecast: { for: 0s }, delta_ab: { for: 0s } } }\n",
+    );
     s.push_str("processors:\n");
     s.push_str("  zscore_skew: { metrics: [llm.ttft.p95, llm.tpot.p95, llm.e2e.p95, llm.queue.p99], window: 50 }\n");
     s.push_str("  kv_pressure: {}\n");
-    s.push_str(&format!(
-        "  trend_forecast: {{ metric: {signal}, threshold: {threshold}, direction: above, horizon: 21d, aggregate: 1h }}\n"
-    ));
+    s.push_str(&format!("  trend_forecast: {trend}\n  trend_forecast/spans: {trend}\n"));
     if ab {
         s.push_str(&format!(
-            "  delta_ab: {{ metric: llm.request.ttft, baseline: {}, candidate: {}, statistic: p95, window: 10m }}\n",
+            "  delta_ab: {{ metric: llm.request.ttft, version_attribute: service.instance.id, baseline: {}, \
+             candidate: {}, statistic: p95, window: 10m, lookback: 3h }}\n",
             v["BASELINE"], v["CANDIDATE"]
         ));
     }
@@ -54,8 +62,13 @@ pub fn default_config(truth: &GroundTruth) -> String {
         "    metrics/detect: { receivers: [llm_signals], processors: [zscore_skew, kv_pressure, trend_forecast], \
          exporters: [alerts, eval_capture] }\n",
     );
+    let traces_out = if ab { "[llm_signals/spans, llm_signals/requests]" } else { "[llm_signals/spans]" };
+    s.push_str(&format!("    traces/in: {{ receivers: [eval_feed], exporters: {traces_out} }}\n"));
+    s.push_str(
+        "    metrics/trend: { receivers: [llm_signals/spans], processors: [trend_forecast/spans], \
+         exporters: [alerts, eval_capture] }\n",
+    );
     if ab {
-        s.push_str("    traces/in: { receivers: [eval_feed], exporters: [llm_signals/requests] }\n");
         s.push_str(
             "    metrics/ab: { receivers: [llm_signals/requests], processors: [delta_ab], exporters: [alerts] }\n",
         );

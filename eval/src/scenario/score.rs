@@ -78,6 +78,8 @@ pub struct Outcome {
     pub true_alerts: usize,
     /// Detectors that fired at or after the onset, with their first alert time.
     pub detectors: Vec<(String, u64)>,
+    /// False alarms per detector.
+    pub false_by_detector: Vec<(String, usize)>,
     /// The target this scenario is held to.
     pub target: String,
     /// Whether it met it.
@@ -110,6 +112,13 @@ pub fn score(truth: &GroundTruth, alerts: &[Firing]) -> Outcome {
     for a in &after {
         if !detectors.iter().any(|(d, _)| d == &a.detector) {
             detectors.push((a.detector.clone(), a.time_ns));
+        }
+    }
+    let mut false_by_detector: Vec<(String, usize)> = Vec::new();
+    for a in &before {
+        match false_by_detector.iter_mut().find(|(d, _)| d == &a.detector) {
+            Some((_, n)) => *n += 1,
+            None => false_by_detector.push((a.detector.clone(), 1)),
         }
     }
     let delay_s = onset.zip(after.first()).map(|(o, a)| (a.time_ns as f64 - o as f64) / 1e9);
@@ -155,6 +164,7 @@ pub fn score(truth: &GroundTruth, alerts: &[Firing]) -> Outcome {
         false_criticals,
         true_alerts: after.len(),
         detectors,
+        false_by_detector,
         target,
         pass,
     }

@@ -58,6 +58,8 @@ pub struct LstmAeConfig {
     pub level: LevelOverride,
     /// How far behind the newest event time a row may arrive (default 0s).
     pub lateness: GoDuration,
+    /// Bucket step overriding the card's `step_s` (e.g. NAB files of other steps); default: the card's.
+    pub step: Option<GoDuration>,
 }
 
 impl Default for LstmAeConfig {
@@ -73,6 +75,7 @@ impl Default for LstmAeConfig {
             intra_threads: 1,
             level: LevelOverride::default(),
             lateness: GoDuration(Duration::ZERO),
+            step: None,
         }
     }
 }
@@ -80,6 +83,7 @@ impl Default for LstmAeConfig {
 impl LstmAeConfig {
     fn check(&self) -> Result<(), FieldError> {
         check_common(self.max_series, self.idle_timeout, self.max_batch, self.lateness)?;
+        check_step(self.step)?;
         if self.intra_threads == 0 {
             return Err(FieldError::at("intra_threads", "must be at least 1"));
         }
@@ -123,7 +127,8 @@ pub fn create(
     cfg.check()?;
     let start = |m: String| ComponentError::Start(format!("{}: {m}", ctx.id));
     let card_path = Card::path_for_model(&cfg.model);
-    let card = Card::load(&card_path).map_err(|e| start(e.to_string()))?;
+    let mut card = Card::load(&card_path).map_err(|e| start(e.to_string()))?;
+    apply_step(&mut card, cfg.step)?;
     if card.detector != DETECTOR {
         return Err(start(format!("card {} is for detector {:?}, not {DETECTOR}", card_path.display(), card.detector)));
     }
@@ -162,6 +167,23 @@ pub fn create(
         lateness_ns,
     };
     Ok(Box::new(Detector::new(ctx, parts)))
+}
+
+/// Checks a `step` override: a positive duration.
+pub fn check_step(step: Option<GoDuration>) -> Result<(), FieldError> {
+    match step {
+        Some(s) if s.0.is_zero() => Err(FieldError::at("step", "must be greater than 0")),
+        _ => Ok(()),
+    }
+}
+
+/// Replaces the card's `step_s` by a `step` override (and checks the card again).
+pub fn apply_step(card: &mut Card, step: Option<GoDuration>) -> Result<(), FieldError> {
+    if let Some(s) = step {
+        card.step_s = s.0.as_secs_f64();
+        card.validate().map_err(|m| FieldError::at("step", m))?;
+    }
+    Ok(())
 }
 
 /// `lstm_ae` without a runtime (`on_missing_runtime: disable`): reads nothing, emits nothing.

@@ -35,6 +35,8 @@ pub struct PcaConfig {
     pub level: LevelOverride,
     /// How far behind the newest event time a row may arrive (default 0s).
     pub lateness: GoDuration,
+    /// Bucket step overriding the card's `step_s`; default: the card's.
+    pub step: Option<GoDuration>,
 }
 
 impl Default for PcaConfig {
@@ -46,6 +48,7 @@ impl Default for PcaConfig {
             max_batch: 256,
             level: LevelOverride::default(),
             lateness: GoDuration(Duration::ZERO),
+            step: None,
         }
     }
 }
@@ -107,7 +110,8 @@ inferwatch_core::arrow_processor_factory!(PcaFactory, DETECTOR, &[Signal::Metric
 impl ArrowProcessorFactory for PcaFactory {
     fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
         let c = parse_config::<PcaConfig>(cfg)?;
-        check_common(c.max_series, c.idle_timeout, c.max_batch, c.lateness).map(|_| ())
+        check_common(c.max_series, c.idle_timeout, c.max_batch, c.lateness)?;
+        crate::lstm_ae::check_step(c.step)
     }
 
     fn create_arrow(
@@ -127,7 +131,9 @@ impl ArrowProcessorFactory for PcaFactory {
 /// Builds the processor (public for tests and benchmarks).
 pub fn create(ctx: &CreateContext, cfg: &PcaConfig) -> Result<Detector, ComponentError> {
     let (limits, lateness_ns) = check_common(cfg.max_series, cfg.idle_timeout, cfg.max_batch, cfg.lateness)?;
-    let (card, pca) = Pca::load(&cfg.model).map_err(|m| ComponentError::Start(format!("{}: {m}", ctx.id)))?;
+    crate::lstm_ae::check_step(cfg.step)?;
+    let (mut card, pca) = Pca::load(&cfg.model).map_err(|m| ComponentError::Start(format!("{}: {m}", ctx.id)))?;
+    crate::lstm_ae::apply_step(&mut card, cfg.step)?;
     let levels = card
         .levels(cfg.level.warning_error, cfg.level.critical_error)
         .map_err(|m| ComponentError::Config(FieldError::at("level", format!("with the card's calibration: {m}"))))?;
@@ -147,5 +153,19 @@ mod tests {
         let r = p.reconstruct(&[3.0, 5.0, 1.0, 1.0], 2).unwrap();
         assert_eq!(r, vec![3.0, 1.0, 1.0, 1.0]);
         assert!(p.reconstruct(&[1.0], 1).is_err());
+    }
+
+    #[test]
+    fn step_override_replaces_the_cards_step() {
+        let (mut card, _) =
+            Pca::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/pca_default.json"))).unwrap();
+        assert_eq!(card.step_s, 60.0);
+        crate::lstm_ae::apply_step(&mut card, None).unwrap();
+        assert_eq!(card.step_ns(), 60_000_000_000);
+        crate::lstm_ae::apply_step(&mut card, Some(GoDuration(Duration::from_secs(3600)))).unwrap();
+        assert_eq!(card.step_ns(), 3_600_000_000_000);
+        assert!(crate::lstm_ae::check_step(Some(GoDuration(Duration::ZERO))).is_err());
+        let cfg: PcaConfig = parse_config(&serde_json::json!({"step": "5m"})).unwrap();
+        assert_eq!(cfg.step.map(|s| s.0), Some(Duration::from_secs(300)));
     }
 }

@@ -4,9 +4,11 @@
 //! `version_attribute`, else the resource attribute) and by group (`group_by`), and per
 //! event-time tumbling window compares a statistic of the candidate against the baseline: Δ
 //! (ms for latency, relative otherwise), sample sizes, a deterministic bootstrap confidence
-//! interval, and a verdict (steady / inconclusive / regression). When points carry a request id
-//! on both versions (mirrored traffic) the comparison is paired. Output at each window's end:
-//! `llm.anomaly.score` = Δ and `llm.anomaly.level`. Semantics: docs/detectors/delta_ab.md.
+//! interval, and a verdict (steady / inconclusive / regression). With `lookback` longer than
+//! `window`, each window's end judges the points of the last `lookback` together (canary-style
+//! accumulation). When points carry a request id on both versions (mirrored traffic) the
+//! comparison is paired. Output at each window's end: `llm.anomaly.score` = Δ and
+//! `llm.anomaly.level`. Semantics: docs/detectors/delta_ab.md.
 
 pub mod rows;
 pub mod state;
@@ -24,14 +26,14 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use prometheus_client::metrics::counter::Counter;
 use rows::Rows;
 use serde::Deserialize;
-use state::{Meta, Params, State, Which, Window};
+use state::{Lookback, Meta, Params, State, Which};
 use stats::{Bootstrap, Estimate, Kind, Sample, Statistic, window_seed};
 use std::collections::HashMap;
 use std::time::Duration;
 use verdict::{Rule, Verdict};
 
 /// Version of the checkpoint format written by [`DeltaAb`].
-pub const STATE_VERSION: u32 = 1;
+pub const STATE_VERSION: u32 = 2;
 /// The `detector` attribute of the output.
 pub const DETECTOR: &str = "delta_ab";
 
@@ -71,6 +73,11 @@ pub struct DeltaAbConfig {
     pub kind: Kind,
     /// Window length (default 10m; > 0); tumbling, epoch-aligned, event time.
     pub window: GoDuration,
+    /// Span judged at each window's end (default: `window`; a multiple of it, at most 7 days).
+    pub lookback: Option<GoDuration>,
+    /// Most values kept per version over the look-back (default 200000; ≥ `max_samples`); beyond
+    /// it the oldest windows leave the look-back.
+    pub max_points: usize,
     /// Fewest samples (pairs when paired) per version for a verdict other than inconclusive (default 30; ≥ 2).
     pub min_samples: usize,
     /// Confidence level of the interval (default 0.95; in (0, 1)).
@@ -105,6 +112,8 @@ impl Default for DeltaAbConfig {
             statistic: Statistic::P95,
             kind: Kind::Latency,
             window: GoDuration(Duration::from_secs(600)),
+            lookback: None,
+            max_points: 200_000,
             min_samples: 30,
             confidence: 0.95,
             resamples: 500,
@@ -119,6 +128,9 @@ impl Default for DeltaAbConfig {
         }
     }
 }
+
+/// The longest `lookback`: 7 days.
+pub const MAX_LOOKBACK: Duration = Duration::from_secs(7 * 24 * 3600);
 
 fn nanos(key: &str, d: &GoDuration) -> Result<u64, FieldError> {
     u64::try_from(d.0.as_nanos()).map_err(|_| FieldError::at(key, format!("{d} is too long (at most ~584 years)")))
@@ -193,6 +205,22 @@ impl DeltaAbConfig {
         if self.max_series == 0 {
             return Err(FieldError::at("max_series", "must be at least 1"));
         }
+        let lookback_ns = match &self.lookback {
+            None => window_ns,
+            Some(d) => {
+                if d.0 > MAX_LOOKBACK {
+                    return Err(FieldError::at("lookback", format!("{d} is longer than 7 days")));
+                }
+                let ns = nanos("lookback", d)?;
+                if ns == 0 || !ns.is_multiple_of(window_ns) {
+                    return Err(FieldError::at("lookback", format!("{d} is not a positive multiple of window")));
+                }
+                ns
+            }
+        };
+        if self.max_points < self.max_samples {
+            return Err(FieldError::at("max_points", "must be at least max_samples"));
+        }
         let threshold = match self.kind {
             Kind::Latency => t.latency_ms,
             Kind::Throughput => t.throughput_rel,
@@ -204,6 +232,8 @@ impl DeltaAbConfig {
                 idle_ns: nanos("idle_timeout", &self.idle_timeout)?,
                 max_series: self.max_series,
                 max_samples: self.max_samples,
+                lookback_ns,
+                max_points: self.max_points,
             },
             lateness_ns: nanos("allowed_lateness", &self.allowed_lateness)?,
             metric: self.metric.clone(),
@@ -260,12 +290,12 @@ pub struct DeltaAb {
     evicted_max: Counter,
 }
 
-/// The comparison of one closed window of one group.
+/// The comparison of one closed window's look-back of one group.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Comparison {
-    /// Points of the baseline in the window.
+    /// Points of the baseline in the look-back.
     pub n_baseline: u64,
-    /// Points of the candidate in the window.
+    /// Points of the candidate in the look-back.
     pub n_candidate: u64,
     /// Pairs compared (0 when compared by window).
     pub n_pairs: usize,
@@ -275,19 +305,42 @@ pub struct Comparison {
     pub verdict: Verdict,
     /// The anomaly level in [0, 1].
     pub level: f64,
+    /// Seconds from the start of the oldest window compared to the end of the current one.
+    pub lookback_s: f64,
+}
+
+/// The points of one version over a look-back: its windows' values and ids concatenated, oldest
+/// window first, and the points seen.
+#[derive(Debug, Default)]
+struct Pooled {
+    values: Vec<f64>,
+    ids: Vec<u64>,
+    seen: u64,
+}
+
+impl Pooled {
+    fn of<'a>(sides: impl Iterator<Item = &'a state::Side>) -> Self {
+        let mut p = Pooled::default();
+        for s in sides {
+            p.values.extend_from_slice(&s.values);
+            p.ids.extend_from_slice(&s.ids);
+            p.seen = p.seen.saturating_add(s.seen);
+        }
+        p
+    }
 }
 
 /// Pairs of (baseline, candidate) values sharing a request id, sorted by id (first occurrence on
 /// each side; points without an id are not paired).
-fn pairs(w: &Window) -> (Vec<f64>, Vec<f64>) {
-    let mut a_by_id: HashMap<u64, f64> = HashMap::with_capacity(w.a.ids.len());
-    for (&id, &v) in w.a.ids.iter().zip(&w.a.values) {
+fn pairs(a: &Pooled, b: &Pooled) -> (Vec<f64>, Vec<f64>) {
+    let mut a_by_id: HashMap<u64, f64> = HashMap::with_capacity(a.ids.len());
+    for (&id, &v) in a.ids.iter().zip(&a.values) {
         if id != 0 {
             a_by_id.entry(id).or_insert(v);
         }
     }
     let mut matched: Vec<(u64, f64, f64)> = Vec::new();
-    for (&id, &v) in w.b.ids.iter().zip(&w.b.values) {
+    for (&id, &v) in b.ids.iter().zip(&b.values) {
         if id != 0
             && let Some(a) = a_by_id.remove(&id)
         {
@@ -305,17 +358,22 @@ fn sorted(values: &[f64]) -> Vec<f64> {
 }
 
 impl Checked {
-    /// Compares the two versions in closed window `w` of group `key`.
-    fn compare(&self, key: &[String], w: &Window) -> Comparison {
-        let seed = window_seed(key, w.start);
-        let (pa, pb) = if self.request_id_attribute.is_empty() { (Vec::new(), Vec::new()) } else { pairs(w) };
+    /// Compares the two versions over the look-back `l` of group `key`: the points of its
+    /// windows pooled, paired across window boundaries, the bootstrap seeded from the current
+    /// window's start.
+    fn compare(&self, key: &[String], l: Lookback<'_>) -> Comparison {
+        let seed = window_seed(key, l.current.start);
+        let pa_all = Pooled::of(l.windows().map(|w| &w.a));
+        let pb_all = Pooled::of(l.windows().map(|w| &w.b));
+        let (pa, pb) =
+            if self.request_id_attribute.is_empty() { (Vec::new(), Vec::new()) } else { pairs(&pa_all, &pb_all) };
         let paired = pa.len() >= self.min_samples;
         let (estimate, enough) = if paired {
             (self.boot.estimate(Sample::Paired { a: &pa, b: &pb }, seed), true)
         } else {
             // Sorted, so that the result does not depend on the order the points arrived in.
-            let (a, b) = (sorted(&w.a.values), sorted(&w.b.values));
-            let enough = w.a.seen >= self.min_samples as u64 && w.b.seen >= self.min_samples as u64;
+            let (a, b) = (sorted(&pa_all.values), sorted(&pb_all.values));
+            let enough = pa_all.seen >= self.min_samples as u64 && pb_all.seen >= self.min_samples as u64;
             (self.boot.estimate(Sample::Unpaired { a: &a, b: &b }, seed), enough)
         };
         let (verdict, level) = match &estimate {
@@ -323,12 +381,13 @@ impl Checked {
             None => (Verdict::Inconclusive, 0.0),
         };
         Comparison {
-            n_baseline: w.a.seen,
-            n_candidate: w.b.seen,
+            n_baseline: pa_all.seen,
+            n_candidate: pb_all.seen,
             n_pairs: if paired { pa.len() } else { 0 },
             estimate,
             verdict,
             level,
+            lookback_s: l.current.end.saturating_sub(l.start()) as f64 / 1e9,
         }
     }
 
@@ -359,6 +418,7 @@ impl Checked {
             kv_str("delta_ab.verdict", c.verdict.as_str()),
             kv_f64("delta_ab.threshold", self.rule.threshold),
             kv_f64("delta_ab.window_s", self.params.window_ns as f64 / 1e9),
+            kv_f64("delta_ab.lookback_s", c.lookback_s),
         ]);
         ev
     }
@@ -442,15 +502,15 @@ impl ArrowProcessor for DeltaAb {
     fn advance(&mut self, watermark_ns: u64, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
         let cfg = &self.cfg;
         let mut output = Output::new();
-        let idle = self.state.close_until(watermark_ns, |key, meta: &Meta, w| {
-            let c = cfg.compare(key, w);
+        let idle = self.state.close_until(watermark_ns, |key, meta: &Meta, l| {
+            let c = cfg.compare(key, l);
             let attrs: Vec<KeyValue> = cfg.group_by.iter().zip(key).map(|(k, v)| kv_str(k, v.clone())).collect();
             let score = c.estimate.as_ref().map_or(0.0, |e| e.delta);
             output.score(
                 &meta.resource,
                 &meta.scope,
                 &attrs,
-                w.end,
+                l.current.end,
                 DETECTOR,
                 &cfg.metric,
                 score,

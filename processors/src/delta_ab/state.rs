@@ -1,12 +1,12 @@
 //! The state of `delta_ab`: per group, the open tumbling windows with the values of each version,
-//! eviction, and the checkpoint form.
+//! the ring of closed windows still inside the look-back, eviction, and the checkpoint form.
 
 use super::stats::{XorShift, splitmix64, window_seed};
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Parameters of the state (from the configuration; not checkpointed but `window_ns`).
 #[derive(Debug, Clone, Copy)]
@@ -19,6 +19,11 @@ pub struct Params {
     pub max_series: usize,
     /// Most values kept per version and window (beyond: reservoir sampling).
     pub max_samples: usize,
+    /// Look-back in ns: a positive multiple of `window_ns` (`window_ns`: each window on its own).
+    pub lookback_ns: u64,
+    /// Most kept values per version over the look-back (≥ `max_samples`); beyond, the oldest
+    /// windows leave the look-back.
+    pub max_points: usize,
 }
 
 /// Which version a point belongs to.
@@ -94,9 +99,55 @@ pub struct Meta {
 #[derive(Debug, Clone, PartialEq)]
 struct Group {
     meta: Meta,
+    /// Open windows.
     windows: Vec<Window>,
+    /// Closed windows that may still enter a later look-back, oldest first.
+    ring: VecDeque<Window>,
     last_point: u64,
     last_seen: u64,
+}
+
+/// What one evaluation compares: the closed window and the earlier windows of the look-back.
+#[derive(Debug, Clone, Copy)]
+pub struct Lookback<'a> {
+    /// Earlier closed windows inside the look-back, oldest first (empty when the look-back is
+    /// one window).
+    pub earlier: &'a [Window],
+    /// The window just closed (its start seeds the bootstrap; its end is the output time).
+    pub current: &'a Window,
+}
+
+impl<'a> Lookback<'a> {
+    /// Every window of the look-back, oldest first, ending with the current one.
+    pub fn windows(&self) -> impl Iterator<Item = &'a Window> + 'a {
+        self.earlier.iter().chain(std::iter::once(self.current))
+    }
+
+    /// Start of the oldest window used (the look-back actually spans `current.end − start`).
+    pub fn start(&self) -> u64 {
+        self.earlier.first().map_or(self.current.start, |w| w.start)
+    }
+}
+
+/// How many of `ring`'s windows (counted from its newest end) join `current` in the look-back:
+/// those starting at or after `current.end − lookback_ns`, newest first, as long as the kept
+/// values per version stay within `max_points`.
+fn lookback_len(ring: &VecDeque<Window>, current: &Window, params: &Params) -> usize {
+    let from = current.end.saturating_sub(params.lookback_ns);
+    let (mut na, mut nb) = (current.a.values.len(), current.b.values.len());
+    let mut n = 0;
+    for w in ring.iter().rev() {
+        if w.start < from {
+            break;
+        }
+        na += w.a.values.len();
+        nb += w.b.values.len();
+        if na > params.max_points || nb > params.max_points {
+            break;
+        }
+        n += 1;
+    }
+    n
 }
 
 /// Why a point was not added.
@@ -160,6 +211,7 @@ impl State {
                 let group = Group {
                     meta: Meta { resource, scope, from_candidate },
                     windows: Vec::new(),
+                    ring: VecDeque::new(),
                     last_point: time,
                     last_seen: 0,
                 };
@@ -213,9 +265,11 @@ impl State {
         n
     }
 
-    /// Closes every window ending at or before `watermark`, in (end, group) order, passing each to
-    /// `emit`; then forgets idle groups. Returns the number of idle groups forgotten.
-    pub fn close_until(&mut self, watermark: u64, mut emit: impl FnMut(&[String], &Meta, &Window)) -> usize {
+    /// Closes every window ending at or before `watermark`, in (end, group) order, passing each
+    /// with its look-back to `emit`, then keeps it in the group's ring (dropping the windows no
+    /// later look-back can use); then forgets idle groups. Returns the number of idle groups
+    /// forgotten.
+    pub fn close_until(&mut self, watermark: u64, mut emit: impl FnMut(&[String], &Meta, Lookback<'_>)) -> usize {
         if watermark < self.watermark {
             return 0;
         }
@@ -226,7 +280,15 @@ impl State {
             let Some(g) = self.groups.get_mut(&key) else { continue };
             let Some(i) = g.windows.iter().position(|w| w.end == end) else { continue };
             let w = g.windows.swap_remove(i);
-            emit(&key, &g.meta, &w);
+            let n = lookback_len(&g.ring, &w, &self.params);
+            // Windows older than this look-back (by time or by `max_points`) never enter a later
+            // one: later look-backs start later and hold at least these newer windows.
+            let drop = g.ring.len() - n;
+            g.ring.drain(..drop);
+            emit(&key, &g.meta, Lookback { earlier: g.ring.make_contiguous(), current: &w });
+            if self.params.lookback_ns > self.params.window_ns {
+                g.ring.push_back(w);
+            }
         }
         self.evict_idle()
     }
@@ -268,6 +330,7 @@ impl State {
                 last_point: g.last_point,
                 last_seen: g.last_seen,
                 windows: g.windows.clone(),
+                ring: g.ring.iter().cloned().collect(),
             })
             .collect();
         postcard::to_allocvec(&SnapshotRepr {
@@ -287,23 +350,39 @@ impl State {
         let w = self.params.window_ns;
         let mut groups = BTreeMap::new();
         let mut open = BTreeSet::new();
+        let valid = |win: &Window| {
+            let sides_ok =
+                [&win.a, &win.b].iter().all(|s| s.values.len() == s.ids.len() && s.values.len() as u64 <= s.seen);
+            win.start.is_multiple_of(w) && win.end == win.start.saturating_add(w) && sides_ok
+        };
         for g in repr.groups {
             for win in &g.windows {
-                let sides_ok =
-                    [&win.a, &win.b].iter().all(|s| s.values.len() == s.ids.len() && s.values.len() as u64 <= s.seen);
-                if win.start % w != 0 || win.end != win.start.saturating_add(w) || !sides_ok {
+                if !valid(win) || win.end <= repr.watermark {
                     return Err(RestoreError::Invalid("window"));
                 }
                 if !open.insert((win.end, g.key.clone())) {
                     return Err(RestoreError::Invalid("duplicate window"));
                 }
             }
+            let mut prev_end = 0;
+            for win in &g.ring {
+                if !valid(win) || win.start < prev_end || win.end > repr.watermark {
+                    return Err(RestoreError::Invalid("look-back window"));
+                }
+                prev_end = win.end;
+            }
             let meta = Meta {
                 resource: Resource::decode(g.resource.as_slice())?,
                 scope: InstrumentationScope::decode(g.scope.as_slice())?,
                 from_candidate: g.from_candidate,
             };
-            let group = Group { meta, windows: g.windows, last_point: g.last_point, last_seen: g.last_seen };
+            let group = Group {
+                meta,
+                windows: g.windows,
+                ring: g.ring.into(),
+                last_point: g.last_point,
+                last_seen: g.last_seen,
+            };
             if groups.insert(g.key, group).is_some() {
                 return Err(RestoreError::Invalid("duplicate group"));
             }
@@ -356,6 +435,7 @@ struct GroupRepr {
     last_point: u64,
     last_seen: u64,
     windows: Vec<Window>,
+    ring: Vec<Window>,
 }
 
 #[cfg(test)]
@@ -365,7 +445,7 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     fn params(max_series: usize, max_samples: usize) -> Params {
-        Params { window_ns: 60 * S, idle_ns: 120 * S, max_series, max_samples }
+        Params { window_ns: 60 * S, idle_ns: 120 * S, max_series, max_samples, lookback_ns: 60 * S, max_points: 1000 }
     }
 
     fn meta() -> Result<(Resource, InstrumentationScope), ()> {
@@ -383,7 +463,10 @@ mod tests {
             st.add(&key("m"), S + i, i as f64, Which::Baseline, 0, meta).unwrap().unwrap();
         }
         let mut got = Vec::new();
-        st.close_until(60 * S, |_, _, w| got.push((w.a.seen, w.a.values.len(), w.b.seen, w.a.values.clone())));
+        st.close_until(60 * S, |_, _, l| {
+            let w = l.current;
+            got.push((w.a.seen, w.a.values.len(), w.b.seen, w.a.values.clone()))
+        });
         assert_eq!(got.len(), 1);
         let (seen, kept, b_seen, values) = &got[0];
         assert_eq!((*seen, *kept, *b_seen), (1000, 50, 0));
@@ -405,6 +488,75 @@ mod tests {
         assert_eq!(st.add(&key("0"), 59 * S, 1.0, Which::Baseline, 0, meta).unwrap(), Err(Skip::Late));
         assert_eq!(st.close_until(121 * S, |_, _, _| {}), 10, "no point for idle_timeout");
         assert_eq!(st.series_count(), 0);
+    }
+
+    /// Starts (in windows) of the earlier windows and of the current one at each close.
+    fn close_all(st: &mut State, until: u64) -> Vec<(Vec<u64>, u64, f64)> {
+        let mut got = Vec::new();
+        st.close_until(until, |_, _, l| {
+            let earlier = l.earlier.iter().map(|w| w.start / (60 * S)).collect();
+            got.push((earlier, l.current.start / (60 * S), (l.current.end - l.start()) as f64 / 1e9));
+        });
+        got
+    }
+
+    #[test]
+    fn lookback_holds_the_last_windows_and_skips_gaps() {
+        let mut st = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) });
+        // Points in windows 0, 1, 2, 3 and 6 (none in 4 and 5).
+        for w in [0u64, 1, 2, 3, 6] {
+            st.add(&key("m"), w * 60 * S + S, 1.0, Which::Baseline, 0, meta).unwrap().unwrap();
+        }
+        let got = close_all(&mut st, 7 * 60 * S);
+        assert_eq!(
+            got,
+            vec![
+                (vec![], 0, 60.0),
+                (vec![0], 1, 120.0),
+                (vec![0, 1], 2, 180.0),
+                (vec![1, 2], 3, 180.0),
+                // Window 6's look-back [4, 7) holds no earlier window.
+                (vec![], 6, 60.0),
+            ]
+        );
+        assert_eq!(st.groups[&key("m")].ring.len(), 1, "expired windows leave the ring");
+    }
+
+    #[test]
+    fn max_points_drops_the_oldest_windows() {
+        let mut st = State::new(Params { lookback_ns: 600 * S, max_points: 25, ..params(10, 10) });
+        for w in 0u64..5 {
+            for i in 0..10 {
+                st.add(&key("m"), w * 60 * S + i, 1.0, Which::Candidate, 0, meta).unwrap().unwrap();
+            }
+        }
+        let got = close_all(&mut st, 5 * 60 * S);
+        // 10 values per window, at most 25 per version: the current window and one earlier one.
+        let earlier: Vec<Vec<u64>> = got.iter().map(|g| g.0.clone()).collect();
+        assert_eq!(earlier, vec![vec![], vec![0], vec![1], vec![2], vec![3]]);
+        assert_eq!(got[4].2, 120.0, "the span actually used");
+        let g = &st.groups[&key("m")];
+        assert!(g.ring.iter().map(|w| w.b.values.len()).sum::<usize>() <= 25);
+    }
+
+    #[test]
+    fn snapshot_keeps_the_ring_and_refuses_a_broken_one() {
+        let mut st = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) });
+        for w in 0u64..3 {
+            st.add(&key("m"), w * 60 * S, w as f64, Which::Baseline, 7, meta).unwrap().unwrap();
+        }
+        close_all(&mut st, 2 * 60 * S);
+        let bytes = st.snapshot().unwrap();
+        let mut other = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) });
+        other.restore(&bytes).unwrap();
+        assert_eq!(other.snapshot().unwrap(), bytes);
+        assert_eq!(close_all(&mut other, 3 * 60 * S), close_all(&mut st, 3 * 60 * S));
+        let mut broken = st.snapshot().unwrap();
+        // Swap the ring's two windows: out of order.
+        let mut repr: SnapshotRepr = postcard::from_bytes(&broken).unwrap();
+        repr.groups[0].ring.reverse();
+        broken = postcard::to_allocvec(&repr).unwrap();
+        assert!(matches!(other.restore(&broken), Err(RestoreError::Invalid("look-back window"))));
     }
 
     #[test]
