@@ -1,6 +1,7 @@
 //! `inferwatch demo`: the simulator with a fault that starts after a while, the agent on a
 //! demo pipeline receiving the simulator's spans, and the bench client driving load; the
-//! golden signals (from the spans the agent receives) print live until Ctrl-C or --duration.
+//! golden signals (from the spans the agent receives) print live until Ctrl-C or --duration, with
+//! the alerts of the detectors running on them as they fire and resolve.
 
 use async_trait::async_trait;
 use clap::{Args, Parser};
@@ -29,11 +30,14 @@ pub struct DemoArgs {
     /// Seconds before the fault starts.
     #[arg(long, default_value_t = 20)]
     pub fault_after: u64,
+    /// Seconds the fault lasts (0: until the end), so the alert is seen to resolve.
+    #[arg(long, default_value_t = 15)]
+    pub fault_for: u64,
     /// Fault strength (see the simulator's fault table).
     #[arg(long)]
     pub strength: Option<f64>,
     /// Requests per second of the bench client.
-    #[arg(long, default_value_t = 4.0)]
+    #[arg(long, default_value_t = 3.0)]
     pub rate: f64,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long)]
@@ -170,6 +174,75 @@ impl Node for ViewNode {
     }
 }
 
+/// An exporter that prints the alerts connector's records as they come (demo registry only).
+struct AlertsViewFactory(Instant);
+
+impl ExporterFactory for AlertsViewFactory {
+    fn type_name(&self) -> &'static str {
+        "demo_alerts"
+    }
+    fn signals(&self) -> &'static [Signal] {
+        &[Signal::Logs]
+    }
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        parse_config::<ViewConfig>(cfg).map(|_| ())
+    }
+    fn create(&self, _ctx: CreateContext, _cfg: &serde_json::Value, _s: Signal) -> Result<NodeRef, ComponentError> {
+        Ok(Arc::new(AlertsView(self.0)))
+    }
+}
+
+struct AlertsView(Instant);
+
+fn attr_str(attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue], key: &str) -> String {
+    attrs
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .map(|v| match &v.value {
+            Some(Value::StringValue(s)) => s.clone(),
+            Some(Value::DoubleValue(d)) => format!("{d:.3}"),
+            Some(Value::IntValue(i)) => i.to_string(),
+            Some(Value::BoolValue(b)) => b.to_string(),
+            _ => String::new(),
+        })
+        .unwrap_or_default()
+}
+
+#[async_trait]
+impl Consumer for AlertsView {
+    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
+        let Ok(decoded) = data.decoded() else { return Ok(()) };
+        let Payload::Logs(req) = decoded.as_ref() else { return Ok(()) };
+        let t = self.0.elapsed().as_secs();
+        for lr in req.resource_logs.iter().flat_map(|r| &r.scope_logs).flat_map(|s| &s.log_records) {
+            let a = &lr.attributes;
+            let transition = attr_str(a, "alert.transition");
+            if transition == "repeat" {
+                continue;
+            }
+            let state = attr_str(a, "alert.state").to_uppercase();
+            println!(
+                "t={t:>4}s  ALERT {state:<8} {:<8} {} on {} of {} ({transition}; level {}, threshold {})",
+                attr_str(a, "alert.severity"),
+                attr_str(a, "detector"),
+                attr_str(a, "metric"),
+                attr_str(a, "gen_ai.request.model"),
+                attr_str(a, "evidence.level"),
+                attr_str(a, "evidence.threshold"),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Node for AlertsView {
+    async fn shutdown(&self, _deadline: Instant) -> u64 {
+        0
+    }
+}
+
 fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -198,25 +271,37 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let view = Arc::new(View::default());
     // 1. The agent: OTLP in, batch, the live view and a debug summary.
     let grpc = free_port()?;
+    // The detectors work on 5-second windows of the spans so that the demo alerts within seconds
+    // (a production pipeline uses 1-minute windows and `for: 2m`; docs/eval.md).
     let yaml = format!(
         r#"
 receivers:
   otlp: {{ protocols: {{ grpc: {{ endpoint: "127.0.0.1:{grpc}" }} }} }}
 processors:
   batch: {{ timeout: 200ms }}
+  kv_pressure: {{ stale_after: 30s }}
+  zscore_skew: {{ metrics: [llm.ttft.p95, llm.e2e.p95], window: 12 }}
+connectors:
+  llm_signals: {{ window: 5s, allowed_lateness: 1s }}
+  alerts: {{ for: 5s, resolve_after: 10s, repeat_interval: 0s, per_detector: {{ zscore_skew: {{ warning: 0.9, critical: 1.0 }} }} }}
 exporters:
   demo_view: {{}}
+  demo_alerts: {{}}
 service:
   telemetry: {{ metrics: {{ level: none }} }}
   pipelines:
-    traces: {{ receivers: [otlp], processors: [batch], exporters: [demo_view] }}
+    traces: {{ receivers: [otlp], processors: [batch], exporters: [demo_view, llm_signals] }}
+    metrics/detect: {{ receivers: [llm_signals], processors: [kv_pressure, zscore_skew], exporters: [alerts] }}
+    logs/alerts: {{ receivers: [alerts], exporters: [demo_alerts] }}
 "#
     );
     let cfg = config::load_str("demo.yaml", &yaml, &|_| None).map_err(|e| {
         anyhow::anyhow!("demo pipeline: {}", e.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))
     })?;
+    let started = Instant::now();
     let mut registry = inferwatch::components::registry();
     registry.add_exporter(Arc::new(ViewFactory(view.clone())));
+    registry.add_exporter(Arc::new(AlertsViewFactory(started)));
     let errors = config::validate(&cfg, &registry);
     anyhow::ensure!(errors.is_empty(), "demo pipeline: {errors:?}");
     let mut agent = Service::build(&cfg, &registry, Arc::new(Telemetry::new())).context("building the agent")?;
@@ -248,6 +333,9 @@ service:
 
     // 3. The fault, scheduled through the simulator's admin API.
     let mut fault = serde_json::json!({ "kind": args.fault, "onset": format!("{}s", args.fault_after) });
+    if args.fault_for > 0 {
+        fault["until"] = serde_json::json!(format!("{}s", args.fault_after + args.fault_for));
+    }
     if let Some(s) = args.strength {
         fault["strength"] = serde_json::json!(s);
     }
@@ -293,10 +381,13 @@ service:
 
     println!("inferwatch demo: simulator {base}, agent OTLP grpc 127.0.0.1:{grpc}");
     println!(
-        "fault {} starts at t={}s; golden signals from the llm_request spans the agent receives ({} s window):",
-        args.fault, args.fault_after, args.window
+        "fault {} from t={}s{}; golden signals from the llm_request spans the agent receives ({} s window), \
+         and the alerts of kv_pressure / zscore_skew as they fire and resolve:",
+        args.fault,
+        args.fault_after,
+        if args.fault_for > 0 { format!(" to t={}s", args.fault_after + args.fault_for) } else { String::new() },
+        args.window
     );
-    let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_secs(args.every.max(1)));
     tick.tick().await;
     loop {
@@ -305,7 +396,8 @@ service:
             _ = tokio::signal::ctrl_c() => break,
         }
         let t = started.elapsed().as_secs();
-        let phase = if t >= args.fault_after { format!("FAULT {}", args.fault) } else { "healthy".to_string() };
+        let faulty = t >= args.fault_after && (args.fault_for == 0 || t < args.fault_after + args.fault_for);
+        let phase = if faulty { format!("FAULT {}", args.fault) } else { "healthy".to_string() };
         println!("t={t:>4}s  {phase:<24} {}", view.line(Duration::from_secs(args.window)));
         if args.duration.is_some_and(|d| t >= d) {
             break;

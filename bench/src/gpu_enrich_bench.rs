@@ -81,7 +81,7 @@ fn samples(cli: &Cli) -> Vec<Payload> {
     (0..steps)
         .map(|k| {
             let ts = BASE + k * cli.sample_ms * MS;
-            let metrics = [("hw.gpu.memory.usage", 1e9), ("hw.gpu.utilization", 1e-3), ("hw.gpu.power", 0.1)]
+            let metrics = [("hw.gpu.memory.usage", 1e9), ("hw.gpu.utilization", 1e-3), ("hw.power", 0.1)]
                 .into_iter()
                 .map(|(name, scale)| Metric {
                     name: name.into(),

@@ -1,4 +1,5 @@
-//! One SVG chart per scenario: the SLO's signal per instance against its threshold, the fault
+//! One SVG chart per scenario: the SLO's signal per instance and source (scraped histograms,
+//! request spans) against its threshold, the fault
 //! onset and the first breach, and every alert that fired.
 
 use crate::error::EvalError;
@@ -22,7 +23,9 @@ fn draw_inner(run: &ScenarioRun, path: &Path) -> Result<(), Box<dyn std::error::
     let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for p in &run.signal {
         let inst = p.attrs.get("service.instance.id").cloned().unwrap_or_default();
-        series.entry(inst).or_default().push((days(p.time_ns), p.value * 1e3));
+        let source = p.attrs.get("source").cloned().unwrap_or_default();
+        let key = if inst.is_empty() { source } else { format!("{inst}, {source}") };
+        series.entry(key).or_default().push((days(p.time_ns), p.value * 1e3));
     }
     for v in series.values_mut() {
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -44,7 +47,7 @@ fn draw_inner(run: &ScenarioRun, path: &Path) -> Result<(), Box<dyn std::error::
         let color = PALETTE[i % PALETTE.len()];
         chart
             .draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 1, color.filled())))?
-            .label(format!("{} ({})", t.slo_signal(), if inst.is_empty() { "-" } else { inst }))
+            .label(format!("{} ({inst})", t.slo_signal()))
             .legend(move |(x, y)| Circle::new((x + 10, y), 3, color.filled()));
     }
     chart

@@ -37,9 +37,9 @@ pub fn totals(runs: &[ScenarioRun]) -> Totals {
         detected: o.clone().filter(|o| o.detected == Some(true)).count(),
         false_alarms: o.clone().map(|o| o.false_alarms).sum(),
         false_criticals: o.clone().map(|o| o.false_criticals).sum(),
-        days: o.map(|o| o.days).sum(),
-        wall_sim_s: runs.iter().map(|r| r.wall_sim_s).sum(),
-        wall_eval_s: runs.iter().map(|r| r.wall_eval_s).sum(),
+        days: o.map(|o| o.days).sum::<f64>() + 0.0,
+        wall_sim_s: runs.iter().map(|r| r.wall_sim_s).sum::<f64>() + 0.0,
+        wall_eval_s: runs.iter().map(|r| r.wall_eval_s).sum::<f64>() + 0.0,
     }
 }
 

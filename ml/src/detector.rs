@@ -49,7 +49,7 @@ pub fn check_common(
         return Err(FieldError::at("idle_timeout", "must be greater than 0"));
     }
     let lateness_ns = u64::try_from(lateness.0.as_nanos())
-        .map_err(|_| FieldError::at("lateness", format!("{lateness} is too long")))?;
+        .map_err(|_| FieldError::at("allowed_lateness", format!("{lateness} is too long")))?;
     Ok((Limits { max_series, idle_ns }, lateness_ns))
 }
 

@@ -175,7 +175,7 @@ fn sample_strategy() -> impl Strategy<Value = Sample> {
 
 fn sample_payload(batch: &[Sample]) -> Payload {
     const NAMES: [&str; 5] =
-        ["hw.gpu.memory.usage", "hw.gpu.utilization", "hw.gpu.power", "hw.gpu.throttle", "nvml.clock_event_reasons"];
+        ["hw.gpu.memory.usage", "hw.gpu.utilization", "hw.power", "hw.gpu.throttle", "nvml.clock_event_reasons"];
     let rms = batch
         .iter()
         .map(|x| {

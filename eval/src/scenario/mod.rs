@@ -24,7 +24,7 @@ pub struct ScenarioRun {
     pub outcome: Outcome,
     /// Every alert that fired.
     pub firings: Vec<Firing>,
-    /// The SLO's signal (scrape-derived, all instances): (time, instance, value).
+    /// The SLO's signal, every instance and source (`scrape`, `spans`).
     pub signal: Vec<Point>,
     /// trend_forecast's breach ETA points.
     pub eta: Vec<Point>,
@@ -92,11 +92,7 @@ pub async fn evaluate(dir: &Path, config: Option<&str>, registry: Registry) -> R
     let captured = harness.finish().await?;
     let firings = score::firings(captured.records());
     let outcome = score::score(&truth, &firings);
-    let signal = captured
-        .points(&truth.slo_signal())
-        .into_iter()
-        .filter(|p| p.attrs.get("source").is_none_or(|s| s == "scrape"))
-        .collect();
+    let signal = captured.points(&truth.slo_signal());
     Ok(ScenarioRun {
         eta: captured.points("llm.slo.breach_eta"),
         truth,

@@ -57,7 +57,7 @@ pub struct LstmAeConfig {
     /// Overrides of the card's level breakpoints.
     pub level: LevelOverride,
     /// How far behind the newest event time a row may arrive (default 0s).
-    pub lateness: GoDuration,
+    pub allowed_lateness: GoDuration,
     /// Bucket step overriding the card's `step_s` (e.g. NAB files of other steps); default: the card's.
     pub step: Option<GoDuration>,
 }
@@ -74,7 +74,7 @@ impl Default for LstmAeConfig {
             max_batch: 256,
             intra_threads: 1,
             level: LevelOverride::default(),
-            lateness: GoDuration(Duration::ZERO),
+            allowed_lateness: GoDuration(Duration::ZERO),
             step: None,
         }
     }
@@ -82,7 +82,7 @@ impl Default for LstmAeConfig {
 
 impl LstmAeConfig {
     fn check(&self) -> Result<(), FieldError> {
-        check_common(self.max_series, self.idle_timeout, self.max_batch, self.lateness)?;
+        check_common(self.max_series, self.idle_timeout, self.max_batch, self.allowed_lateness)?;
         check_step(self.step)?;
         if self.intra_threads == 0 {
             return Err(FieldError::at("intra_threads", "must be at least 1"));
@@ -156,7 +156,7 @@ pub fn create(
         processor = %ctx.id, model = %cfg.model.display(), library = %rt.library().display(),
         provider = model.provider().as_str(), "lstm_ae ready"
     );
-    let (limits, lateness_ns) = check_common(cfg.max_series, cfg.idle_timeout, cfg.max_batch, cfg.lateness)?;
+    let (limits, lateness_ns) = check_common(cfg.max_series, cfg.idle_timeout, cfg.max_batch, cfg.allowed_lateness)?;
     let parts = Parts {
         detector: DETECTOR,
         card,

@@ -34,7 +34,7 @@ pub struct PcaConfig {
     /// Overrides of the card's level breakpoints.
     pub level: LevelOverride,
     /// How far behind the newest event time a row may arrive (default 0s).
-    pub lateness: GoDuration,
+    pub allowed_lateness: GoDuration,
     /// Bucket step overriding the card's `step_s`; default: the card's.
     pub step: Option<GoDuration>,
 }
@@ -47,7 +47,7 @@ impl Default for PcaConfig {
             idle_timeout: GoDuration(Duration::from_secs(3600)),
             max_batch: 256,
             level: LevelOverride::default(),
-            lateness: GoDuration(Duration::ZERO),
+            allowed_lateness: GoDuration(Duration::ZERO),
             step: None,
         }
     }
@@ -110,7 +110,7 @@ inferwatch_core::arrow_processor_factory!(PcaFactory, DETECTOR, &[Signal::Metric
 impl ArrowProcessorFactory for PcaFactory {
     fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
         let c = parse_config::<PcaConfig>(cfg)?;
-        check_common(c.max_series, c.idle_timeout, c.max_batch, c.lateness)?;
+        check_common(c.max_series, c.idle_timeout, c.max_batch, c.allowed_lateness)?;
         crate::lstm_ae::check_step(c.step)
     }
 
@@ -130,7 +130,7 @@ impl ArrowProcessorFactory for PcaFactory {
 
 /// Builds the processor (public for tests and benchmarks).
 pub fn create(ctx: &CreateContext, cfg: &PcaConfig) -> Result<Detector, ComponentError> {
-    let (limits, lateness_ns) = check_common(cfg.max_series, cfg.idle_timeout, cfg.max_batch, cfg.lateness)?;
+    let (limits, lateness_ns) = check_common(cfg.max_series, cfg.idle_timeout, cfg.max_batch, cfg.allowed_lateness)?;
     crate::lstm_ae::check_step(cfg.step)?;
     let (mut card, pca) = Pca::load(&cfg.model).map_err(|m| ComponentError::Start(format!("{}: {m}", ctx.id)))?;
     crate::lstm_ae::apply_step(&mut card, cfg.step)?;

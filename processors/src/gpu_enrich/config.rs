@@ -18,7 +18,7 @@ pub struct GpuMetricNames {
     pub memory_used: String,
     /// Utilisation, ratio 0..1 (default `hw.gpu.utilization`).
     pub utilization: String,
-    /// Power draw, W (default `hw.gpu.power`).
+    /// Power draw, W (default `hw.power`, the name the `nvml` receiver emits).
     pub power: String,
     /// Throttle flag gauge, 0/1, one point per reason (default `hw.gpu.throttle`).
     pub throttle: String,
@@ -35,7 +35,7 @@ impl Default for GpuMetricNames {
         GpuMetricNames {
             memory_used: "hw.gpu.memory.usage".into(),
             utilization: "hw.gpu.utilization".into(),
-            power: "hw.gpu.power".into(),
+            power: "hw.power".into(),
             throttle: "hw.gpu.throttle".into(),
             throttle_reasons: "nvml.clock_event_reasons".into(),
             throttle_reasons_mask: DEFAULT_THROTTLE_MASK,
