@@ -16,8 +16,16 @@ ensure_onnxruntime() {
     .venv/bin/python -m pip install --quiet --disable-pip-version-check onnxruntime==1.31.1
 }
 
-configs=(pipeline.yaml)
-for a in "$@"; do [[ -f "$a" ]] && configs+=("$a"); done
+# The configuration files this run uses: the values of --config / -c, else ./pipeline.yaml.
+configs=()
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[i]}" in
+        --config=*) configs+=("${args[i]#--config=}") ;;
+        --config|-c) configs+=("${args[i + 1]:-}"); i=$((i + 1)) ;;
+    esac
+done
+[[ ${#configs[@]} -eq 0 ]] && configs=(pipeline.yaml)
 if grep -qs -E '^\s*lstm_ae(/[^:]*)?:' "${configs[@]}"; then
     ensure_onnxruntime
 fi

@@ -161,7 +161,7 @@ fi
 if [[ $E2E -eq 1 ]]; then
     step "promtool" ensure_promtool
     step "alertmanager" ensure_alertmanager
-    # Profile `e2e` = release without LTO (Cargo.toml): the same code, a faster build.
+    # Profile `e2e` (Cargo.toml): optimised at opt-level 1, no LTO, for a faster build; the shipped binary is --release.
     step "cargo build --profile e2e" cargo build --profile e2e --bin inferwatch
     export INFERWATCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/e2e/inferwatch"
     PYTEST_FLAGS=(-v --durations=10)

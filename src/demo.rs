@@ -333,7 +333,8 @@ service:
 
     // 3. The fault, scheduled through the simulator's admin API.
     let mut fault = serde_json::json!({ "kind": args.fault, "onset": format!("{}s", args.fault_after) });
-    if args.fault_for > 0 {
+    // Every fault kind but cold_start (a one-off restart) takes an end time.
+    if args.fault_for > 0 && args.fault != "cold_start" {
         fault["until"] = serde_json::json!(format!("{}s", args.fault_after + args.fault_for));
     }
     if let Some(s) = args.strength {

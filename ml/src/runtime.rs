@@ -171,11 +171,20 @@ fn sorted_entries(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     v
 }
 
-/// The versioned `libonnxruntime.so.*` with the greatest name in `dir` (or the plain `.so`).
+/// The `libonnxruntime.so.*` in `dir` with the highest version, compared numerically (1.31.1 over
+/// 1.9.0; the plain `.so` ranks lowest). A too-old one is refused at load time with the fix.
 fn newest_library(dir: &Path) -> Option<PathBuf> {
     let mut v = sorted_entries(dir, |n| n == "libonnxruntime.so" || n.starts_with("libonnxruntime.so."));
     v.retain(|p| p.is_file());
-    v.pop()
+    v.into_iter().max_by_key(|p| library_version(p))
+}
+
+/// The numeric version in a `libonnxruntime.so.X.Y.Z` file name (empty for the plain `.so`).
+fn library_version(p: &Path) -> Vec<u64> {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    name.strip_prefix("libonnxruntime.so.")
+        .map(|v| v.split('.').map(|x| x.parse::<u64>().unwrap_or(0)).collect())
+        .unwrap_or_default()
 }
 
 /// A loaded ONNX Runtime.
@@ -251,6 +260,19 @@ impl Runtime {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn library_versions_compare_numerically() {
+        use std::path::Path;
+        assert!(
+            super::library_version(Path::new("/x/libonnxruntime.so.1.31.1"))
+                > super::library_version(Path::new("/x/libonnxruntime.so.1.9.0"))
+        );
+        assert!(
+            super::library_version(Path::new("/x/libonnxruntime.so.1.9.0"))
+                > super::library_version(Path::new("/x/libonnxruntime.so"))
+        );
+    }
+
     use super::*;
 
     #[test]

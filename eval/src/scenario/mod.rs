@@ -53,6 +53,9 @@ fn cache_dir(cache: &Path, yaml: &Path, text: &[u8]) -> PathBuf {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     text.hash(&mut h);
     env!("CARGO_PKG_VERSION").hash(&mut h);
+    // The build: a rebuilt simulator must not reuse output of the old one.
+    let build = std::env::current_exe().ok().and_then(|p| std::fs::metadata(p).ok()).and_then(|m| m.modified().ok());
+    build.hash(&mut h);
     let stem = yaml.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     cache.join(format!("{stem}-{:016x}", h.finish()))
 }
@@ -64,7 +67,7 @@ pub async fn simulate(yaml: &Path, cache: &Path) -> Result<(PathBuf, f64), EvalE
     if dir.join("ground_truth.json").is_file() {
         return Ok((dir, 0.0));
     }
-    let tmp = dir.with_extension("tmp");
+    let tmp = PathBuf::from(format!("{}.tmp", dir.display()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| EvalError::io(&tmp, e))?;
     let started = std::time::Instant::now();
