@@ -194,21 +194,6 @@ impl ExporterFactory for AlertsViewFactory {
 
 struct AlertsView(Instant);
 
-fn attr_str(attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue], key: &str) -> String {
-    attrs
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| kv.value.as_ref())
-        .map(|v| match &v.value {
-            Some(Value::StringValue(s)) => s.clone(),
-            Some(Value::DoubleValue(d)) => format!("{d:.3}"),
-            Some(Value::IntValue(i)) => i.to_string(),
-            Some(Value::BoolValue(b)) => b.to_string(),
-            _ => String::new(),
-        })
-        .unwrap_or_default()
-}
-
 #[async_trait]
 impl Consumer for AlertsView {
     async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
@@ -216,20 +201,22 @@ impl Consumer for AlertsView {
         let Payload::Logs(req) = decoded.as_ref() else { return Ok(()) };
         let t = self.0.elapsed().as_secs();
         for lr in req.resource_logs.iter().flat_map(|r| &r.scope_logs).flat_map(|s| &s.log_records) {
-            let a = &lr.attributes;
-            let transition = attr_str(a, "alert.transition");
+            // The same string form as eval's capture of alert records.
+            let a = inferwatch_eval::harness::attrs(&lr.attributes);
+            let attr_str = |k: &str| a.get(k).cloned().unwrap_or_default();
+            let transition = attr_str("alert.transition");
             if transition == "repeat" {
                 continue;
             }
-            let state = attr_str(a, "alert.state").to_uppercase();
+            let state = attr_str("alert.state").to_uppercase();
             println!(
                 "t={t:>4}s  ALERT {state:<8} {:<8} {} on {} of {} ({transition}; level {}, threshold {})",
-                attr_str(a, "alert.severity"),
-                attr_str(a, "detector"),
-                attr_str(a, "metric"),
-                attr_str(a, "gen_ai.request.model"),
-                attr_str(a, "evidence.level"),
-                attr_str(a, "evidence.threshold"),
+                attr_str("alert.severity"),
+                attr_str("detector"),
+                attr_str("metric"),
+                attr_str("gen_ai.request.model"),
+                attr_str("evidence.level"),
+                attr_str("evidence.threshold"),
             );
         }
         Ok(())

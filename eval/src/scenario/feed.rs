@@ -59,14 +59,14 @@ impl Lines {
     }
 }
 
-/// Sends every line of `dir/traces.jsonl` and `dir/metrics.jsonl` in event-time order; returns the lines sent.
-pub async fn feed_dir(harness: &Harness, dir: &Path, spans: bool) -> Result<u64, EvalError> {
+/// Sends every line of `dir/traces.jsonl` and `dir/metrics.jsonl` in event-time order; returns the
+/// lines sent. A signal no pipeline takes is skipped by the harness.
+pub async fn feed_dir(harness: &Harness, dir: &Path) -> Result<u64, EvalError> {
     let mut files: Vec<Lines> = Vec::new();
-    if spans && let Some(l) = Lines::open(&dir.join("traces.jsonl"))? {
-        files.push(l);
-    }
-    if let Some(l) = Lines::open(&dir.join("metrics.jsonl"))? {
-        files.push(l);
+    for name in ["traces.jsonl", "metrics.jsonl"] {
+        if let Some(l) = Lines::open(&dir.join(name))? {
+            files.push(l);
+        }
     }
     let mut sent = 0u64;
     loop {

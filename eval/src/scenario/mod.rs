@@ -91,7 +91,7 @@ pub async fn evaluate(dir: &Path, config: Option<&str>, registry: Registry) -> R
     };
     let started = std::time::Instant::now();
     let harness = Harness::start(&yaml, registry).await?;
-    let lines = feed::feed_dir(&harness, dir, pipeline::wants_spans(&truth)).await?;
+    let lines = feed::feed_dir(&harness, dir).await?;
     let captured = harness.finish().await?;
     let firings = score::firings(captured.records());
     let outcome = score::score(&truth, &firings);

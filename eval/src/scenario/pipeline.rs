@@ -17,12 +17,6 @@ pub fn variables(truth: &GroundTruth) -> BTreeMap<&'static str, String> {
     v
 }
 
-/// Whether the scenario's spans are fed (always: the span-derived percentiles feed trend_forecast,
-/// and A/B scenarios' per-request points feed delta_ab).
-pub fn wants_spans(_truth: &GroundTruth) -> bool {
-    true
-}
-
 /// The default detector pipeline for a scenario (docs/eval.md): llm_signals from the scraped
 /// metrics into zscore_skew, kv_pressure and trend_forecast; llm_signals from the spans (5-minute
 /// windows over exact per-request values) into a second trend_forecast on the SLO's signal; for
