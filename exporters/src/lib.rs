@@ -19,6 +19,7 @@ pub mod recording;
 pub mod tls;
 
 mod common;
+pub mod optional;
 
 pub use crate::alertmanager::{AlertmanagerConfig, AlertmanagerExporterFactory};
 pub use crate::arrow_ipc::{ArrowIpcConfig, ArrowIpcExporterFactory};
@@ -35,14 +36,15 @@ use std::sync::Arc;
 /// Adds the `otlp`, `otlphttp`, `debug`, `parquet`, `arrow_ipc`, `prometheus`,
 /// `prometheusremotewrite` and `alertmanager` exporter factories to `reg`.
 pub fn register(reg: &mut Registry) {
-    reg.add_exporter(Arc::new(OtlpExporterFactory));
-    reg.add_exporter(Arc::new(OtlpHttpExporterFactory));
+    // otlp, otlphttp and alertmanager are disabled by an empty `endpoint` (optional.rs).
+    reg.add_exporter(Arc::new(optional::UnlessNoEndpoint(OtlpExporterFactory)));
+    reg.add_exporter(Arc::new(optional::UnlessNoEndpoint(OtlpHttpExporterFactory)));
     reg.add_exporter(Arc::new(DebugExporterFactory));
     reg.add_exporter(Arc::new(ParquetExporterFactory));
     reg.add_exporter(Arc::new(ArrowIpcExporterFactory));
     reg.add_exporter(Arc::new(PrometheusExporterFactory));
     reg.add_exporter(Arc::new(RemoteWriteExporterFactory));
-    reg.add_exporter(Arc::new(AlertmanagerExporterFactory));
+    reg.add_exporter(Arc::new(optional::UnlessNoEndpoint(AlertmanagerExporterFactory)));
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod gpu_enrich;
 pub mod kv_pressure;
 pub mod llm_signals;
 pub mod memory_limiter;
+pub mod slo;
 pub mod trend_forecast;
 pub mod window_stats;
 pub mod zscore_skew;
@@ -29,6 +30,7 @@ pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(kv_pressure::KvPressureFactory));
     reg.add_processor(Arc::new(coupled_model::CoupledModelFactory));
     reg.add_processor(Arc::new(gpu_enrich::GpuEnrichFactory));
+    reg.add_processor(Arc::new(slo::SloFactory));
     reg.add_connector(Arc::new(alerts::AlertsFactory));
     reg.add_connector(Arc::new(forward::ForwardFactory));
     reg.add_connector(Arc::new(llm_signals::LlmSignalsFactory));

@@ -2,19 +2,20 @@
 OTLP spans, plus a scrape of its /metrics) → llm_signals → the prometheus exporter → a real
 Prometheus. The per-model p95 TTFT Prometheus computes agrees with the bench client's own
 measurement of the same run within the histogram's resolution; the TGI-flavoured server gives
-the signals TGI can give (no TTFT); the Grafana dashboard's queries all return data."""
+the signals TGI can give (no TTFT); the Grafana dashboard's golden-signal queries all return data
+(its SLO, anomaly, alert and GPU rows: test_dashboard.py)."""
 
 from __future__ import annotations
 
 import bisect
 import json
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from support import agent as agent_mod
+from support import dashboard
 from support.agent import Agent, Ports, free_port
 from support.prometheus import Prometheus, wait_until
 from support.sim import FAST_ANSWERS, sim_bin, sims  # noqa: F401 (fixtures)
@@ -142,16 +143,13 @@ def test_sim_agent_prometheus_ttft_matches_the_bench_client(sims, sim_bin, tmp_p
             wait_until(lambda: gauge(pat, tgi_model), 60, f"{pat} for {TGI_MODEL}")
         assert not gauge("llm_ttft_p95.*", tgi_model), "TGI has no TTFT, none may be invented"
 
-        # --- the Grafana dashboard's queries return data -------------------------------------
-        dash = json.loads((REPO / "deploy" / "grafana" / "inferwatch-golden-signals.json").read_text())
-        exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", []) if "expr" in t]
+        # --- the Grafana dashboard's golden-signal queries return data ------------------------
+        # (the SLO, anomaly, alert and GPU rows need the full agent: test_dashboard.py)
+        golden = dashboard.rows(dashboard.load())["Golden signals"]
+        exprs = dashboard.queries(golden)
         assert len(exprs) >= 8
-        subst = {"$model": MODEL, "$version": ".*", "$instance": ".*", "$__rate_interval": "1m",
-                 "$__interval": "15s", "${model}": MODEL, "${version}": ".*", "${instance}": ".*"}
-        for e in exprs:
-            q = e
-            for k, v in subst.items():
-                q = q.replace(k, v)
+        for _, e in exprs:
+            q = dashboard.substitute(e, {"model": MODEL})
             wait_until(lambda: prom.query(q), 60, f"dashboard query returns data: {q}")
         assert sim.stop() == 0 and tgi.stop() == 0
         assert agent.stop() == 0
@@ -166,30 +164,44 @@ def test_dashboard_json_is_importable_and_its_queries_parse(tmp_path):
 
     from support import yamlgen
 
-    dash = json.loads((REPO / "deploy" / "grafana" / "inferwatch-golden-signals.json").read_text())
+    dash = dashboard.load()
     for key in ("uid", "title", "panels", "templating", "schemaVersion", "__inputs"):
         assert key in dash, key
-    variables = {v["name"] for v in dash["templating"]["list"]}
-    assert {"datasource", "model", "version", "instance"} <= variables
+    variables = dashboard.variables(dash)
+    assert {"datasource", "model", "version", "instance", "slo", "detector", "gpu"} <= variables
+    for v in dash["templating"]["list"]:
+        if v["type"] == "query":
+            used = dashboard.used_variables(v["definition"])
+            assert used <= variables, f"variable {v['name']}: undefined variables {used - variables}"
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
+    assert set(dashboard.rows(dash)) == {"Golden signals", "SLOs", "Anomaly levels", "Active alerts", "GPU"}
+    # No two panels overlap on Grafana's 24-column grid.
+    cells: dict[tuple[int, int], str] = {}
     exprs = []
     for p in dash["panels"]:
         g = p["gridPos"]
         assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = p["title"]
+        if p["type"] == "row":
+            assert g["w"] == 24 and g["h"] == 1 and "targets" not in p, p["title"]
+            continue
         assert p["datasource"]["uid"] == "${datasource}", p["title"]
         refs = [t["refId"] for t in p["targets"]]
         assert len(refs) == len(set(refs)) and p["targets"], p["title"]
         for t in p["targets"]:
-            used = set(re.findall(r"\$\{?(\w+)", t["expr"])) - {"__rate_interval", "__interval"}
+            used = dashboard.used_variables(t["expr"])
             assert used <= variables, f"{p['title']}: undefined variables {used - variables}"
             exprs.append(t["expr"])
     promtool = shutil.which("promtool") or "/usr/bin/promtool"
     if not Path(promtool).exists():
         pytest.skip("promtool not installed (scripts/test.sh installs it)")
     rules = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:query{i}", "expr": e.replace("$__rate_interval", "1m").replace("$model", "m")
-         .replace("$version", ".*").replace("$instance", ".*")} for i, e in enumerate(exprs)]}]}
+        {"record": f"dashboard:query{i}", "expr": dashboard.substitute(e, {"model": "m"})}
+        for i, e in enumerate(exprs)]}]}
     f = tmp_path / "rules.yml"
     f.write_text(yamlgen.dump(rules))
     r = subprocess.run([promtool, "check", "rules", str(f)], capture_output=True, text=True, timeout=60)

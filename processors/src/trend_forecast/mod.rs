@@ -23,6 +23,7 @@ use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, N
 use inferwatch_core::component::{ComponentError, CreateContext, FieldError, parse_config};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::state::StateError;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use prometheus_client::metrics::counter::Counter;
 use state::{Closed, SeriesMeta, Skip, State};
 
@@ -55,6 +56,9 @@ impl ArrowProcessorFactory for TrendForecastFactory {
     }
 }
 
+/// Which input series an embedded forecast takes, judged on a new series' point attributes.
+pub type SeriesFilter = Box<dyn Fn(&[KeyValue]) -> bool + Send>;
+
 /// The running processor.
 pub struct TrendForecast {
     cfg: Checked,
@@ -62,6 +66,10 @@ pub struct TrendForecast {
     name: String,
     evicted_idle: Counter,
     evicted_max: Counter,
+    /// Attributes added to every output (an embedding component's identity, e.g. the SLO's).
+    extra: Vec<KeyValue>,
+    /// Series selection beyond the metric name (none: every series of the metric).
+    accept: Option<SeriesFilter>,
 }
 
 impl TrendForecast {
@@ -72,7 +80,15 @@ impl TrendForecast {
             name: ctx.id.to_string(),
             evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
             evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
+            extra: Vec::new(),
+            accept: None,
         }
+    }
+
+    /// A forecast run inside another component (the `slo` processor): its outputs carry `extra`
+    /// after the input's attributes, and it takes only the series `accept` selects.
+    pub fn embedded(cfg: Checked, ctx: &CreateContext, extra: Vec<KeyValue>, accept: SeriesFilter) -> Self {
+        TrendForecast { extra, accept: Some(accept), ..Self::new(cfg, ctx) }
     }
 
     fn corrupt(&self, message: impl std::fmt::Display) -> StateError {
@@ -88,10 +104,11 @@ fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, C
 }
 
 /// The outputs of one assessment, at the end of the aggregate that closed.
-fn push_outputs(out: &mut Output, c: &Closed<'_>, a: &Assessment, threshold: f64) {
+fn push_outputs(out: &mut Output, c: &Closed<'_>, a: &Assessment, threshold: f64, extra: &[KeyValue]) {
     let m = c.meta;
     let w = &a.window;
-    let mut evidence = vec![
+    let mut evidence: Vec<KeyValue> = extra.to_vec();
+    evidence.extend([
         kv_f64("threshold", threshold),
         kv_f64("value", a.value),
         kv_f64("p_value", w.mk.p),
@@ -99,7 +116,7 @@ fn push_outputs(out: &mut Output, c: &Closed<'_>, a: &Assessment, threshold: f64
         kv_f64("window", w.span_s),
         kv_i64("points", w.n as i64),
         kv_i64("seasons_fitted", a.seasons_fitted as i64),
-    ];
+    ]);
     if let Some((eta, lo, hi)) = a.forecast {
         evidence.extend([kv_f64("eta", eta), kv_f64("eta_low", lo), kv_f64("eta_high", hi)]);
     }
@@ -110,6 +127,7 @@ fn push_outputs(out: &mut Output, c: &Closed<'_>, a: &Assessment, threshold: f64
     }
     let mut attrs = vec![kv_str("detector", DETECTOR), kv_str("metric", m.metric.clone())];
     attrs.extend(m.attributes.iter().filter(|kv| kv.key != "detector" && kv.key != "metric").cloned());
+    attrs.extend(extra.iter().cloned());
     attrs.extend([kv_f64("eta_low", lo), kv_f64("eta_high", hi), kv_f64("slope_per_day", a.slope_per_day)]);
     attrs.push(kv_f64("p_value", w.mk.p));
     out.push(Point {
@@ -158,6 +176,7 @@ impl ArrowProcessor for TrendForecast {
         let values = column::<Float64Array>(batch, schema::VALUE)?;
         let times = inferwatch_core::arrow::time_column(batch)?;
         let metric = &self.cfg.metric;
+        let accept = &self.accept;
         let (mut late, mut evicted) = (0u64, 0usize);
         for row in 0..batch.num_rows() {
             let kind = kinds.value(row);
@@ -175,11 +194,15 @@ impl ArrowProcessor for TrendForecast {
                 if name != metric.as_str() {
                     return Ok(None);
                 }
+                let attributes = metrics::row_attributes(batch, row)?;
+                if accept.as_ref().is_some_and(|f| !f(&attributes)) {
+                    return Ok(None);
+                }
                 Ok::<_, ConvError>(Some(SeriesMeta {
                     metric: name.to_string(),
                     resource: metrics::row_resource(batch, row)?,
                     scope: metrics::row_scope(batch, row)?,
-                    attributes: metrics::row_attributes(batch, row)?,
+                    attributes,
                 }))
             })?;
             match added {
@@ -200,10 +223,10 @@ impl ArrowProcessor for TrendForecast {
 
     fn advance(&mut self, watermark_ns: u64, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
         let mut output = Output::new();
-        let (params, threshold) = (&self.cfg.forecast, self.cfg.forecast.threshold);
+        let (params, threshold, extra) = (&self.cfg.forecast, self.cfg.forecast.threshold, &self.extra);
         let idle = self.state.close_until(watermark_ns, |c| {
             if let Some(a) = forecast::assess(&c.history, params) {
-                push_outputs(&mut output, &c, &a, threshold);
+                push_outputs(&mut output, &c, &a, threshold, extra);
             }
         });
         if idle > 0 {

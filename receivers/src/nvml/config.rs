@@ -1,5 +1,6 @@
 //! Settings of the `nvml` receiver.
 
+use super::fake::{FakeDevice, FakeSource, Script, h100_sample};
 use super::names::Naming;
 use super::source::DeviceInfo;
 use inferwatch_core::component::{FieldError, PathSeg, parse_config};
@@ -11,6 +12,20 @@ use std::time::Duration;
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(200);
 /// Default window of the derived VRAM peak.
 pub const DEFAULT_PEAK_WINDOW: Duration = Duration::from_secs(60);
+
+/// Most fake GPUs `fake_gpus` accepts.
+pub const MAX_FAKE_GPUS: u32 = 64;
+
+/// Where the readings come from (`source:`).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// NVML on this host (default).
+    #[default]
+    Nvml,
+    /// Scripted H100 readings ([`FakeSource`]) for tests and demos on hosts without a GPU.
+    Fake,
+}
 
 /// One entry of `devices:`: an NVML index or a GPU UUID.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -63,6 +78,16 @@ pub struct NvmlConfig {
     /// `host.name` (default: the OS host name).
     #[serde(default)]
     pub host_name: Option<String>,
+    /// `nvml` (default) or `fake`: scripted GPUs, for tests and demos only.
+    #[serde(default)]
+    pub source: SourceKind,
+    /// Number of GPUs of `source: fake` (default 1).
+    #[serde(default = "default_fake_gpus")]
+    pub fake_gpus: u32,
+}
+
+fn default_fake_gpus() -> u32 {
+    1
 }
 
 fn default_true() -> bool {
@@ -84,6 +109,8 @@ impl Default for NvmlConfig {
             process_metrics: true,
             peak_window: None,
             host_name: None,
+            source: SourceKind::Nvml,
+            fake_gpus: default_fake_gpus(),
         }
     }
 }
@@ -114,6 +141,9 @@ impl NvmlConfig {
         if c.host_name.as_deref().is_some_and(|h| h.trim().is_empty()) {
             return Err(err("host_name", "must not be empty (omit it for the OS host name)"));
         }
+        if !(1..=MAX_FAKE_GPUS).contains(&c.fake_gpus) {
+            return Err(err("fake_gpus", format!("must be 1..={MAX_FAKE_GPUS}")));
+        }
         for (i, d) in c.devices.iter().enumerate() {
             if let DeviceSelector::Uuid(s) = d
                 && s.trim().is_empty()
@@ -143,6 +173,20 @@ impl NvmlConfig {
             Some(h) => h.clone(),
             None => os_host_name(),
         }
+    }
+
+    /// The GPUs of `source: fake`: `fake_gpus` idle H100s ([`h100_sample`]) whose clocks are
+    /// throttled (`sw_power_cap`, SM clock 1410 MHz) from their 50th to their 99th sample.
+    pub fn fake_source(&self) -> FakeSource {
+        let script = Script::Throttling { base: h100_sample(), during: 50..100, reasons: 0x4, sm_clock_mhz: 1410 };
+        FakeSource::new(
+            (0..self.fake_gpus)
+                .map(|i| {
+                    let uuid = format!("GPU-00000000-0000-0000-0000-fa4e{i:08x}");
+                    FakeDevice::new(i, &uuid, "NVIDIA H100 80GB HBM3 (fake)", script.clone())
+                })
+                .collect(),
+        )
     }
 
     /// Whether `d` is sampled.
@@ -197,6 +241,27 @@ mod tests {
     }
 
     #[test]
+    fn fake_source_from_config() {
+        use crate::nvml::source::GpuSource;
+        assert_eq!(NvmlConfig::from_value(&json!({})).unwrap().source, SourceKind::Nvml);
+        let c = NvmlConfig::from_value(&json!({"source": "fake", "fake_gpus": 2})).unwrap();
+        assert_eq!(c.source, SourceKind::Fake);
+        let mut opened = (crate::nvml::nvml_opener())(&c).unwrap();
+        let devs = opened.devices().unwrap();
+        assert_eq!(devs.iter().map(|d| d.index).collect::<Vec<_>>(), vec![0, 1]);
+        assert_ne!(devs[0].uuid, devs[1].uuid);
+        let mut src = c.fake_source();
+        let d = src.devices().unwrap().remove(1);
+        let samples: Vec<_> = (0..101).map(|_| src.sample(&d).unwrap()).collect();
+        assert_eq!(samples[49].throttle_reasons, Some(0));
+        assert_eq!(samples[50].throttle_reasons, Some(0x4));
+        assert_eq!(samples[50].sm_clock_mhz, Some(1410));
+        assert_eq!(samples[99].throttle_reasons, Some(0x4));
+        assert_eq!(samples[100].throttle_reasons, Some(0));
+        assert_eq!(samples[0].memory_used_bytes, Some(40 << 30));
+    }
+
+    #[test]
     fn errors_are_located() {
         let cases = [
             (json!({"collection_interval": "0s"}), "collection_interval"),
@@ -212,6 +277,12 @@ mod tests {
             let e = NvmlConfig::from_value(&v).unwrap_err();
             assert_eq!(e.path.first(), Some(&PathSeg::Key(field.into())), "{v}: {e}");
         }
+        for n in [0, MAX_FAKE_GPUS + 1] {
+            let e = NvmlConfig::from_value(&json!({"source": "fake", "fake_gpus": n})).unwrap_err();
+            assert_eq!(e.path, vec![PathSeg::Key("fake_gpus".into())], "{n}");
+        }
+        let e = NvmlConfig::from_value(&json!({"source": "gpu"})).unwrap_err();
+        assert_eq!(e.path.first(), Some(&PathSeg::Key("source".into())), "{e}");
         let e = NvmlConfig::from_value(&json!({"devices": [0, ""]})).unwrap_err();
         assert_eq!(e.path, vec![PathSeg::Key("devices".into()), PathSeg::Index(1)]);
     }

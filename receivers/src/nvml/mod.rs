@@ -12,11 +12,12 @@
 //!     process_metrics: true        # GPU memory per compute process
 //!     peak_window: 1m              # derived VRAM peak per window; 0 = off
 //!     host_name: null              # default: the OS host name
+//!     source: nvml                 # or fake: scripted GPUs for tests and demos (docs/nvml.md)
 //! ```
 //!
 //! Readings come from a [`GpuSource`]: [`real::NvmlSource`] in the agent, [`fake::FakeSource`]
-//! in tests; the same loop ([`sampler`]) runs on both. Names and units: [`names`]; conversion and
-//! attribute placement: [`convert`].
+//! in tests and with `source: fake`; the same loop ([`sampler`]) runs on both. Names and units:
+//! [`names`]; conversion and attribute placement: [`convert`].
 //!
 //! Without a GPU (no library, missing symbol, driver not loaded, no permission, no device) the
 //! receiver logs one warning naming the reason, reports `available` = 0 in [`NvmlStats`], stays
@@ -55,10 +56,12 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Opens a GPU source (blocking; run off the async runtime).
 pub type SourceOpener = Arc<dyn Fn(&NvmlConfig) -> Result<Box<dyn GpuSource>, Unavailable> + Send + Sync>;
 
-/// The NVML opener of the agent.
+/// The opener of the agent: NVML, or the scripted fake with `source: fake`.
 pub fn nvml_opener() -> SourceOpener {
-    Arc::new(|c: &NvmlConfig| {
-        real::NvmlSource::open(c.library_path.as_deref(), c.process_metrics).map(|s| Box::new(s) as Box<dyn GpuSource>)
+    Arc::new(|c: &NvmlConfig| match c.source {
+        config::SourceKind::Nvml => real::NvmlSource::open(c.library_path.as_deref(), c.process_metrics)
+            .map(|s| Box::new(s) as Box<dyn GpuSource>),
+        config::SourceKind::Fake => Ok(Box::new(c.fake_source()) as Box<dyn GpuSource>),
     })
 }
 

@@ -36,9 +36,10 @@ class Prometheus(ServerProcess):
     name = "prometheus"
 
     def __init__(self, workdir: Path, scrape: dict[str, str], *, interval: str = "1s",
-                 remote_write_receiver: bool = True) -> None:
+                 remote_write_receiver: bool = True, rule_files: tuple[Path, ...] = ()) -> None:
         """`scrape`: job name -> `host:port` target, each scraped every `interval` with honor_labels
-        (the agent's `job` / `instance` labels are kept, as otelcol's docs advise)."""
+        (the agent's `job` / `instance` labels are kept, as otelcol's docs advise). `rule_files`:
+        rule files copied into `workdir` and evaluated every `interval`."""
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -59,6 +60,12 @@ class Prometheus(ServerProcess):
                 for job, target in scrape.items()
             ],
         }
+        if rule_files:
+            cfg["rule_files"] = []
+            for f in rule_files:
+                dst = workdir / f"rules-{len(cfg['rule_files'])}-{Path(f).name}"
+                shutil.copyfile(f, dst)
+                cfg["rule_files"].append(str(dst))
         self.config_path.write_text(yamlgen.dump(cfg))
 
     @property
@@ -97,6 +104,10 @@ class Prometheus(ServerProcess):
         """Label sets of the series matching `match` (over the last hour)."""
         now = time.time()
         return self._get("/api/v1/series", {"match[]": match, "start": now - 3600, "end": now + 60})
+
+    def alerts(self) -> list[dict]:
+        """The pending and firing alerts of the loaded rules (`/api/v1/alerts`): [{labels, state, ...}]."""
+        return self._get("/api/v1/alerts", {})["alerts"]
 
     def targets_health(self) -> dict[str, str]:
         """job -> health of the active scrape targets ("up", "down", "unknown")."""

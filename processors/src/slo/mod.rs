@@ -1,0 +1,349 @@
+//! Processor `slo`: service-level objectives declared once. Per objective and group it counts
+//! good and total events from llm_signals' windowed signals, computes the burn rate on the SRE
+//! Workbook's windows and its multiwindow, multi-burn-rate rules (page 1h/5m at 14.4× and
+//! 6h/30m at 6×, ticket 1d/2h at 3× and 3d/6h at 1×), the error budget remaining over the
+//! period, and runs an embedded `trend_forecast` on the objective's signal and threshold for the
+//! breach forecast. Everything on event time. Semantics: docs/detectors/slo.md.
+
+pub mod config;
+pub mod ledger;
+mod output;
+
+use crate::delta_ab::rows::{self, Rows};
+use crate::trend_forecast::{SeriesFilter, TrendForecast};
+use arrow_array::{Array, RecordBatch, TimestampNanosecondArray};
+use config::{Checked, ERROR_RATE, Objective, REQUEST_RATE, Sli, SloConfig};
+use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, schema};
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, parse_config};
+use inferwatch_core::pdata::Signal;
+use inferwatch_core::state::StateError;
+use ledger::{Counts, Ledger};
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value::Value};
+use prometheus_client::metrics::counter::Counter;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap};
+
+/// Version of the checkpoint format written by [`Slo`].
+pub const STATE_VERSION: u32 = 1;
+/// The processor's type name.
+pub const TYPE: &str = "slo";
+/// The `detector` attribute of the burn-rate levels.
+pub const DETECTOR: &str = "slo_burn";
+
+/// Factory of `slo`.
+pub struct SloFactory;
+
+inferwatch_core::arrow_processor_factory!(SloFactory, TYPE, &[Signal::Metrics]);
+
+impl ArrowProcessorFactory for SloFactory {
+    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        parse_config::<SloConfig>(cfg)?.check().map(|_| ())
+    }
+    fn create_arrow(
+        &self,
+        ctx: CreateContext,
+        cfg: &serde_json::Value,
+        signal: Signal,
+    ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
+        if signal != Signal::Metrics {
+            return Err(ComponentError::Start(format!("slo reads metrics, not {}", signal.as_str())));
+        }
+        let checked = parse_config::<SloConfig>(cfg)?.check()?;
+        Ok(Box::new(Slo::new(checked, &ctx)))
+    }
+}
+
+/// One SLO group: the events of one combination of the objective's `by` values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Group {
+    /// (attribute, value) of the `by` keys present on its points.
+    key: Vec<(String, String)>,
+    ledger: Ledger,
+    /// The latest event's input value (the observed value in the evidence).
+    last_value: f64,
+    /// Arrival sequence of its latest event (least-recently-seen eviction).
+    last_seen: u64,
+}
+
+/// The running state of one objective.
+struct Runner {
+    obj: Objective,
+    groups: HashMap<Vec<(String, String)>, Group>,
+    dirty: BTreeSet<Vec<(String, String)>>,
+    /// error_ratio: the latest `llm.request.rate` point per input series: (time, rate, window s).
+    rates: HashMap<Vec<(String, String)>, (u64, f64, f64)>,
+    forecast: Option<TrendForecast>,
+    seq: u64,
+}
+
+/// The running processor.
+pub struct Slo {
+    cfg: Checked,
+    runners: Vec<Runner>,
+    name: String,
+    evicted_max: Counter,
+    evicted_idle: Counter,
+}
+
+fn str_attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    attrs.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()).and_then(|v| match &v.value {
+        Some(Value::StringValue(s)) => Some(s.as_str()),
+        _ => None,
+    })
+}
+
+/// Whether a point with these attributes counts for `obj` (source and model filters).
+fn selects(obj: &Objective, attrs: &[KeyValue]) -> bool {
+    obj.source.accepts(str_attr(attrs, "source"))
+        && (obj.model.is_empty() || str_attr(attrs, "gen_ai.request.model") == Some(obj.model.as_str()))
+}
+
+/// Every string attribute, sorted (an input series' identity within one batch flow).
+fn series_key(attrs: &[KeyValue]) -> Vec<(String, String)> {
+    let mut k: Vec<(String, String)> =
+        attrs.iter().filter_map(|kv| str_attr(attrs, &kv.key).map(|v| (kv.key.clone(), v.to_string()))).collect();
+    k.sort();
+    k
+}
+
+impl Slo {
+    fn new(cfg: Checked, ctx: &CreateContext) -> Self {
+        let runners = cfg
+            .objectives
+            .iter()
+            .map(|o| {
+                let forecast = o.forecast.clone().map(|f| {
+                    let sel = o.clone();
+                    let accept: SeriesFilter = Box::new(move |attrs: &[KeyValue]| selects(&sel, attrs));
+                    TrendForecast::embedded(f, ctx, output::identity(o), accept)
+                });
+                Runner {
+                    obj: o.clone(),
+                    groups: HashMap::new(),
+                    dirty: BTreeSet::new(),
+                    rates: HashMap::new(),
+                    forecast,
+                    seq: 0,
+                }
+            })
+            .collect();
+        Slo {
+            cfg,
+            runners,
+            name: ctx.id.to_string(),
+            evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
+            evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
+        }
+    }
+
+    fn corrupt(&self, message: impl std::fmt::Display) -> StateError {
+        StateError::Corrupt { key: self.name.clone(), message: message.to_string() }
+    }
+}
+
+impl Runner {
+    /// Hour buckets a group keeps: the period, and at least the 3-day window.
+    fn keep_hours(&self) -> u64 {
+        self.obj.period_hours.max(72)
+    }
+
+    /// The events one point makes, if any: (good, total).
+    fn events(
+        &mut self,
+        name: &str,
+        time: u64,
+        value: f64,
+        start: Option<u64>,
+        attrs: &[KeyValue],
+        max_groups: usize,
+    ) -> Option<Counts> {
+        match &self.obj.sli {
+            Sli::Latency { metric, threshold } => {
+                (name == metric).then(|| Counts { good: if value <= *threshold { 1.0 } else { 0.0 }, total: 1.0 })
+            }
+            Sli::Availability { threshold } => {
+                (name == ERROR_RATE).then(|| Counts { good: if value <= *threshold { 1.0 } else { 0.0 }, total: 1.0 })
+            }
+            Sli::ErrorRatio => {
+                if name == REQUEST_RATE {
+                    let window_s = start.filter(|&s| s > 0 && s < time).map(|s| (time - s) as f64 / 1e9).unwrap_or(0.0);
+                    // Bounded: series whose error-rate point never came are forgotten together.
+                    if self.rates.len() >= 4 * max_groups {
+                        self.rates.clear();
+                    }
+                    self.rates.insert(series_key(attrs), (time, value, window_s));
+                    return None;
+                }
+                if name != ERROR_RATE {
+                    return None;
+                }
+                let (t, rate, window_s) = self.rates.remove(&series_key(attrs))?;
+                if t != time || window_s <= 0.0 {
+                    return None;
+                }
+                let total = (rate * window_s).max(0.0);
+                (total > 0.0).then(|| Counts { good: total * (1.0 - value.clamp(0.0, 1.0)), total })
+            }
+        }
+    }
+
+    /// Adds events to the group of `attrs`; returns the number of groups evicted.
+    fn add(&mut self, attrs: &[KeyValue], time: u64, value: f64, c: Counts, max_groups: usize) -> usize {
+        let key: Vec<(String, String)> =
+            self.obj.by.iter().filter_map(|k| str_attr(attrs, k).map(|v| (k.clone(), v.to_string()))).collect();
+        let mut evicted = 0;
+        if !self.groups.contains_key(&key) && self.groups.len() >= max_groups {
+            evicted = self.evict(max_groups);
+        }
+        self.seq += 1;
+        let keep = self.keep_hours();
+        let g = self.groups.entry(key.clone()).or_insert_with(|| Group {
+            key: key.clone(),
+            ledger: Ledger::default(),
+            last_value: value,
+            last_seen: 0,
+        });
+        if time >= g.ledger.last_ns {
+            g.last_value = value;
+        }
+        g.ledger.add(time, c, keep);
+        g.last_seen = self.seq;
+        self.dirty.insert(key);
+        evicted
+    }
+
+    /// Evicts the least recently seen 10 % of `max` groups; returns how many.
+    fn evict(&mut self, max: usize) -> usize {
+        let n = (max / 10).max(1).min(self.groups.len());
+        let mut by_age: Vec<(u64, Vec<(String, String)>)> =
+            self.groups.iter().map(|(k, g)| (g.last_seen, k.clone())).collect();
+        by_age.sort();
+        for (_, k) in by_age.into_iter().take(n) {
+            self.groups.remove(&k);
+            self.dirty.remove(&k);
+        }
+        n
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct SnapObjective {
+    name: String,
+    groups: Vec<Group>,
+    forecast: Option<Vec<u8>>,
+}
+
+impl ArrowProcessor for Slo {
+    fn needs(&self) -> Needs {
+        let mut columns = rows::COLUMNS.to_vec();
+        columns.extend([schema::START_TIME, schema::SERIES_ID, schema::RESOURCE_DROPPED, schema::SCOPE_DROPPED]);
+        Needs { signal: Signal::Metrics, columns }
+    }
+
+    fn allowed_lateness_ns(&self) -> u64 {
+        self.cfg.lateness_ns
+    }
+
+    fn process(&mut self, batch: &RecordBatch, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        let rows = Rows::new(batch)?;
+        let starts = batch
+            .column_by_name(schema::START_TIME)
+            .and_then(|c| c.as_any().downcast_ref::<TimestampNanosecondArray>());
+        let max_groups = self.cfg.max_groups;
+        let mut evicted = 0usize;
+        for row in 0..rows.len() {
+            let Some(p) = rows.number(row) else { continue };
+            if !p.name.starts_with("llm.") {
+                continue;
+            }
+            let wanted = self.runners.iter().any(|r| match &r.obj.sli {
+                Sli::Latency { metric, .. } => p.name == metric,
+                Sli::Availability { .. } => p.name == ERROR_RATE,
+                Sli::ErrorRatio => p.name == ERROR_RATE || p.name == REQUEST_RATE,
+            });
+            if !wanted {
+                continue;
+            }
+            let attrs = rows.attributes(row)?;
+            let start = starts.filter(|s| !s.is_null(row)).map(|s| s.value(row) as u64);
+            for r in &mut self.runners {
+                if !selects(&r.obj, &attrs) {
+                    continue;
+                }
+                if let Some(c) = r.events(p.name, p.time, p.value, start, &attrs, max_groups) {
+                    evicted += r.add(&attrs, p.time, p.value, c, max_groups);
+                }
+            }
+        }
+        if evicted > 0 {
+            self.evicted_max.inc_by(evicted as u64);
+        }
+        for r in &mut self.runners {
+            if let Some(f) = r.forecast.as_mut() {
+                f.process(batch, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, watermark_ns: u64, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+        let mut points = output::Points::default();
+        let mut idle = 0usize;
+        for r in &mut self.runners {
+            if let Some(f) = r.forecast.as_mut() {
+                f.advance(watermark_ns, out)?;
+            }
+            for key in std::mem::take(&mut r.dirty) {
+                let Some(g) = r.groups.get(&key) else { continue };
+                let t = g.ledger.last_ns;
+                let a = g.ledger.assess(t, r.obj.target, r.obj.period_hours);
+                points.group(&r.obj, &g.key, &g.ledger, g.last_value, t, &a);
+            }
+            // A group silent for its whole period has nothing left to count.
+            let period_ns = r.obj.period_hours.saturating_mul(3_600_000_000_000);
+            let before = r.groups.len();
+            r.groups.retain(|_, g| g.ledger.last_ns.saturating_add(period_ns) > watermark_ns);
+            idle += before - r.groups.len();
+        }
+        if idle > 0 {
+            self.evicted_idle.inc_by(idle as u64);
+        }
+        points.emit(out)
+    }
+
+    fn state_version(&self) -> u32 {
+        STATE_VERSION
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, StateError> {
+        let mut objs = Vec::with_capacity(self.runners.len());
+        for r in &self.runners {
+            let mut groups: Vec<Group> = r.groups.values().cloned().collect();
+            groups.sort_by(|a, b| a.key.cmp(&b.key));
+            let forecast = match &r.forecast {
+                Some(f) => Some(f.snapshot()?),
+                None => None,
+            };
+            objs.push(SnapObjective { name: r.obj.name.clone(), groups, forecast });
+        }
+        postcard::to_allocvec(&objs).map_err(|e| self.corrupt(format!("cannot serialize slo state: {e}")))
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let objs: Vec<SnapObjective> =
+            postcard::from_bytes(bytes).map_err(|e| self.corrupt(format!("slo state: {e}")))?;
+        for s in objs {
+            // An objective no longer declared is dropped; a new one starts empty.
+            let Some(r) = self.runners.iter_mut().find(|r| r.obj.name == s.name) else { continue };
+            r.groups = s.groups.into_iter().map(|g| (g.key.clone(), g)).collect();
+            if let (Some(f), Some(b)) = (r.forecast.as_mut(), s.forecast) {
+                f.restore(&b)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn series_count(&self) -> usize {
+        self.runners.iter().map(|r| r.groups.len() + r.forecast.as_ref().map_or(0, |f| f.series_count())).sum()
+    }
+}
