@@ -9,7 +9,7 @@ use inferwatch_processors::kv_pressure::KvPressureFactory;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{
-    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
+    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, metric, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use serde_json::json;
@@ -165,8 +165,12 @@ impl Harness {
     }
 
     fn process(&mut self, points: &[In]) -> Vec<Out> {
+        self.process_request(&request(points))
+    }
+
+    fn process_request(&mut self, req: &ExportMetricsServiceRequest) -> Vec<Out> {
         let mut out = Vec::new();
-        self.proc.process(&metrics::to_batch(&request(points)).unwrap(), &mut out).unwrap();
+        self.proc.process(&metrics::to_batch(req).unwrap(), &mut out).unwrap();
         assert!(out.len() <= 1, "one derived batch per input batch");
         out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect()
     }
@@ -202,7 +206,8 @@ type Step = (In, f64, f64, Vec<(String, String)>);
 
 #[test]
 fn kv_pressure_hand_made_series_give_exact_levels_and_evidence() {
-    let mut h = Harness::new(json!({}));
+    // No warm-up: this script checks the conditions; the warm-up has its own tests below.
+    let mut h = Harness::new(json!({"warmup": "0s"}));
     // (input, expected score, level, evidence), one point per batch, in time order.
     let script: Vec<Step> = vec![
         (signal("llm.kv_cache.usage", "m", 0, 0.5), 0.0, 0.0, ev(&[("usage", "0.5"), ("flags", "")])),
@@ -373,7 +378,7 @@ fn kv_pressure_snapshot_restore_continues_as_if_never_stopped() {
         let mut first = Harness::new(cfg.clone());
         let mut got = run(&mut first, &steps[..cut]);
         let bytes = first.proc.snapshot().unwrap();
-        assert_eq!(first.proc.state_version(), 1);
+        assert_eq!(first.proc.state_version(), 2);
         let mut second = Harness::new(cfg.clone());
         second.proc.restore(&bytes).unwrap();
         assert_eq!(second.proc.series_count(), first.proc.series_count());
@@ -404,10 +409,164 @@ fn kv_pressure_config_errors_name_the_key() {
         (json!({"stale_after": "0s"}), vec![key("stale_after")]),
         (json!({"max_series": 0}), vec![key("max_series")]),
         (json!({"usage": "x"}), vec![key("usage")]),
+        (json!({"warmup": "10"}), vec![key("warmup")]),
+        (json!({"reset_metrics": ["a", ""]}), vec![key("reset_metrics"), PathSeg::Index(1)]),
+        (json!({"reset_metrics": ["llm.kv_cache.usage"]}), vec![key("reset_metrics"), PathSeg::Index(0)]),
     ] {
         let e = f.validate(&cfg).unwrap_err();
         assert_eq!(e.path, path, "{cfg}: {}", e.message);
     }
     let ctx = CreateContext::new(ComponentId::parse("kv_pressure").unwrap(), Arc::new(Telemetry::new()));
     assert!(f.create_arrow(ctx, &json!({}), Signal::Logs).is_err());
+}
+
+/// The signals of one scrape window of group m at `at`: usage 0.5, hit rate `hit`, queue p99 `queue`.
+fn window(at: u64, hit: f64, queue: f64) -> Vec<In> {
+    vec![
+        signal("llm.kv_cache.usage", "m", at, 0.5),
+        signal("llm.prefix_cache.hit_rate", "m", at, hit),
+        signal("llm.queue.p99", "m", at, queue),
+    ]
+}
+
+/// Windows every 15 s over [from, to) s with hit rate `hit` and queue p99 0.1 s.
+fn windows(h: &mut Harness, from: u64, to: u64, hit: f64) -> Vec<Out> {
+    (from..to).step_by(15).flat_map(|t| h.process(&window(t, hit, 0.1))).collect()
+}
+
+/// The highest level of `out` and whether any output flags a low hit rate.
+fn worst(out: &[Out]) -> (f64, bool) {
+    let level = out.iter().map(|o| o.level).fold(0.0, f64::max);
+    (level, out.iter().any(|o| o.attrs["kv_pressure.flags"].contains("hit_rate_low")))
+}
+
+#[test]
+fn kv_pressure_cold_prefix_cache_is_not_flagged_during_the_warm_up() {
+    let mut h = Harness::new(json!({}));
+    // A cold start: the hit rate is 0.3 (< 0.62) for the first 5 minutes.
+    let cold = windows(&mut h, 0, 300, 0.3);
+    assert_eq!(cold.len(), 60);
+    assert_eq!(worst(&cold), (0.0, false), "no warning during the warm-up");
+    let hit_rate_point = &cold[1];
+    assert_eq!(hit_rate_point.metric, "llm.prefix_cache.hit_rate");
+    assert_eq!(hit_rate_point.attrs["kv_pressure.warmup_left_s"], "600", "the warm-up is in the evidence");
+    assert_eq!(cold[59].attrs["kv_pressure.warmup_left_s"], "315");
+    // Still low after the warm-up (10m from the first point): a warning, as before.
+    let later = windows(&mut h, 300, 660, 0.3);
+    let before: Vec<&Out> = later.iter().filter(|o| o.time < BASE + 600 * S).collect();
+    let after: Vec<&Out> = later.iter().filter(|o| o.time >= BASE + 600 * S).collect();
+    assert!(before.iter().all(|o| o.level == 0.0));
+    assert!(!after.is_empty() && after.iter().all(|o| o.level == 0.6), "{:?}", after[0]);
+    assert!(after.iter().all(|o| o.attrs["kv_pressure.flags"] == "hit_rate_low"));
+    assert!(!after[0].attrs.contains_key("kv_pressure.warmup_left_s"));
+    // `warmup: 0s` flags it from the first point; a shorter warm-up ends earlier.
+    let mut none = Harness::new(json!({"warmup": "0s"}));
+    assert_eq!(worst(&windows(&mut none, 0, 60, 0.3)), (0.6, true));
+    let mut short = Harness::new(json!({"warmup": "1m"}));
+    let out = windows(&mut short, 0, 120, 0.3);
+    assert!(out.iter().all(|o| (o.level == 0.6) == (o.time >= BASE + 60 * S)));
+}
+
+#[test]
+fn kv_pressure_queue_blocking_is_critical_during_the_warm_up() {
+    let mut h = Harness::new(json!({}));
+    windows(&mut h, 0, 60, 0.3);
+    // A real fault right after start: the queue p99 is 2 s at 60 s.
+    let out = h.process(&window(60, 0.3, 2.0));
+    let (level, low) = worst(&out);
+    assert!((level - 0.8).abs() < 1e-12 && !low, "{out:?}");
+    assert_eq!(out[2].attrs["kv_pressure.flags"], "queue_blocking");
+}
+
+#[test]
+fn kv_pressure_warm_up_restarts_after_a_gap() {
+    let mut h = Harness::new(json!({}));
+    // Warm for 20 minutes with a good hit rate, then a low one: a warning.
+    assert_eq!(worst(&windows(&mut h, 0, 1200, 0.8)), (0.0, false));
+    assert_eq!(worst(&windows(&mut h, 1200, 1230, 0.3)), (0.6, true));
+    // No point for 3 minutes (> restart_gap 2m): a restart. The cold cache is not flagged for 10 minutes.
+    let after = windows(&mut h, 1410, 2010, 0.3);
+    assert_eq!(worst(&after), (0.0, false));
+    assert_eq!(after[1].attrs["kv_pressure.warmup_left_s"], "600");
+    assert_eq!(worst(&windows(&mut h, 2010, 2040, 0.3)), (0.6, true), "10 minutes after the restart");
+    // A gap of exactly restart_gap (1185 → 1305 s) is no restart.
+    let mut h = Harness::new(json!({}));
+    windows(&mut h, 0, 1200, 0.8);
+    assert_eq!(worst(&windows(&mut h, 1305, 1335, 0.3)), (0.6, true));
+    let mut h = Harness::new(json!({}));
+    windows(&mut h, 0, 1200, 0.8);
+    assert_eq!(worst(&windows(&mut h, 1320, 1350, 0.3)), (0.0, false), "1185 → 1320 s is 135 s > 2m");
+    let mut h = Harness::new(json!({"restart_gap": "5m"}));
+    windows(&mut h, 0, 1200, 0.8);
+    assert_eq!(worst(&windows(&mut h, 1320, 1350, 0.3)), (0.6, true), "135 s < 5m: no restart");
+    let mut h = Harness::new(json!({"restart_gap": "0s"}));
+    windows(&mut h, 0, 1200, 0.8);
+    assert_eq!(worst(&windows(&mut h, 3000, 3030, 0.3)), (0.6, true), "restart_gap 0s: gaps never restart");
+}
+
+/// A cumulative counter point of group m (as `llm_signals` labels it) with a start time.
+fn counter(name: &str, at: u64, start: u64, value: f64) -> ExportMetricsServiceRequest {
+    let s = signal("llm.kv_cache.usage", "m", at, value);
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource { attributes: vec![kv("service.name", "vllm")], ..Default::default() }),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: name.into(),
+                    data: Some(metric::Data::Sum(Sum {
+                        data_points: vec![NumberDataPoint {
+                            attributes: s.attrs.iter().map(|(k, v)| kv(k, v)).collect(),
+                            start_time_unix_nano: BASE + start * S,
+                            time_unix_nano: BASE + at * S,
+                            value: Some(number_data_point::Value::AsDouble(value)),
+                            ..Default::default()
+                        }],
+                        aggregation_temporality: 2,
+                        is_monotonic: true,
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+#[test]
+fn kv_pressure_warm_up_restarts_after_a_counter_reset() {
+    const Q: &str = "vllm:prefix_cache_queries_total";
+    for (name, drop) in [("value drop", true), ("later start time", false)] {
+        let mut h = Harness::new(json!({}));
+        let mut out = Vec::new();
+        let mut queries = 0.0;
+        // Points every 15 s without a gap; the counter grows 100 per scrape and restarts at 1800 s.
+        for t in (0..2400).step_by(15) {
+            let (start, value) = if t < 1800 {
+                queries += 100.0;
+                (0, queries)
+            } else if drop {
+                (0, (t - 1785) as f64)
+            } else {
+                (1790, queries + (t - 1785) as f64)
+            };
+            assert!(h.process_request(&counter(Q, t, start, value)).is_empty(), "counters emit nothing");
+            let hit = if (1200..1230).contains(&t) || t >= 1800 { 0.3 } else { 0.8 };
+            out.push((t, h.process(&window(t, hit, 0.1))));
+        }
+        let at = |from: u64, to: u64| -> Vec<Out> {
+            out.iter().filter(|(t, _)| (from..to).contains(t)).flat_map(|(_, o)| o.clone()).collect()
+        };
+        assert_eq!(worst(&at(1200, 1230)), (0.6, true), "{name}: low before the reset is flagged");
+        assert_eq!(worst(&at(1800, 2100)), (0.0, false), "{name}: 5 minutes after the reset");
+        assert_eq!(worst(&at(2100, 2400)), (0.0, false), "{name}: still warming up");
+        assert_eq!(h.proc.series_count(), 1, "{name}: the counter joins the signals' group");
+    }
+    // The counter is only read under `reset_metrics`.
+    let mut h = Harness::new(json!({"reset_metrics": []}));
+    for t in (0..1800).step_by(15) {
+        h.process_request(&counter(Q, t, 0, if t < 1500 { 1000.0 + t as f64 } else { 1.0 }));
+        let out = h.process(&window(t, if t >= 1500 { 0.3 } else { 0.8 }, 0.1));
+        assert_eq!(out[1].level == 0.6, t >= 1500, "at {t}");
+    }
 }

@@ -220,7 +220,7 @@ fn a_slow_burn_raises_a_ticket_not_a_page() {
     let mut levels = Vec::new();
     for m in 0..3 * 1440u64 {
         t += MIN;
-        let v = if m % 33 == 0 { 0.2 } else { 0.03 };
+        let v = if m.is_multiple_of(33) { 0.2 } else { 0.03 };
         let outs =
             step(p.as_mut(), &[P { name: "llm.tpot.p95", model: "m", instance: "a", source: "spans", t, value: v }], t);
         levels.push(level(&outs).unwrap());
@@ -301,7 +301,7 @@ fn a_restored_checkpoint_continues_exactly() {
     let mut a = create(cfg.clone());
     let feed = |p: &mut dyn ArrowProcessor, m: u64| {
         let t = BASE + m * MIN;
-        let v = if m % 17 == 0 { 0.2 } else { 0.03 + m as f64 * 1e-5 };
+        let v = if m.is_multiple_of(17) { 0.2 } else { 0.03 + m as f64 * 1e-5 };
         step(
             p,
             &[

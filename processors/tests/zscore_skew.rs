@@ -1,6 +1,10 @@
 //! `zscore_skew` against a brute-force reference (the spec §2 definition recomputed from the window
-//! at every point, two-pass, in f64), driven through the ArrowProcessor trait with batches from
-//! `metrics::to_batch`.
+//! at every point, two-pass, in f64, with the scale floors of docs/detectors/zscore_skew.md),
+//! driven through the ArrowProcessor trait with batches from `metrics::to_batch`.
+//!
+//! The precision tests run with the floors off (`Harness::with`: the spec's score exactly, where
+//! tiny spreads and 1e12 offsets are the hard cases); `floored_equals_the_reference` and the
+//! tests after it hold the defaults and other floors to the same reference.
 
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, RecordBatch, metrics};
 use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, ProcessorFactory};
@@ -33,12 +37,42 @@ struct Ref {
     score: f64,
     mean: f64,
     std: f64,
+    scale: f64,
     skew: f64,
+}
+
+/// The scale floors of the reference (the processor's `min_std`, `min_relative_std`,
+/// `quantised.max_distinct`, `quantised.constant_step`).
+#[derive(Debug, Clone, Copy)]
+struct RefFloors {
+    min_std: f64,
+    rel: f64,
+    k: usize,
+    constant_step: f64,
+}
+
+/// No floor: spec §2 as written.
+const SPEC: RefFloors = RefFloors { min_std: 0.0, rel: 0.0, k: 0, constant_step: 0.0 };
+/// The processor's defaults.
+const DEFAULTS: RefFloors = RefFloors { min_std: 0.0, rel: 0.05, k: 4, constant_step: 0.5 };
+
+impl RefFloors {
+    fn config(&self, w: usize, s: usize) -> serde_json::Value {
+        json!({"metrics": [METRIC], "window": w, "step": s, "min_std": self.min_std, "min_relative_std": self.rel,
+            "quantised": {"max_distinct": self.k, "constant_step": self.constant_step}})
+    }
 }
 
 /// Two-pass moments of `w` (shifted by its first value, so an offset like 1e12 cancels exactly
 /// before anything is squared), then z and G1 as spec §2 writes them.
 fn reference(w: &[f64], x: f64) -> Ref {
+    reference_floored(w, x, &SPEC)
+}
+
+/// [`reference`] with the scale floored: scale = max(std, min_std, rel·|mean|, q), q = Δ/√12 for
+/// a window of 2..=k distinct values (Δ the smallest gap), step·|mean|/√12 for a constant one;
+/// z = |x − mean| / (scale + 1e-8), skew term 0.3·|G1|·(std/scale)³.
+fn reference_floored(w: &[f64], x: f64, f: &RefFloors) -> Ref {
     let n = w.len() as f64;
     let x0 = w[0];
     let d: Vec<f64> = w.iter().map(|v| v - x0).collect();
@@ -47,19 +81,39 @@ fn reference(w: &[f64], x: f64) -> Ref {
     let m3 = d.iter().map(|v| (v - mean_d).powi(3)).sum::<f64>() / n;
     let std = m2.sqrt();
     let skew = if m2 == 0.0 { 0.0 } else { (n * (n - 1.0)).sqrt() / (n - 2.0) * m3 / m2.powf(1.5) };
-    let z = ((x - x0) - mean_d).abs() / (std + 1e-8);
-    Ref { score: z + 0.3 * skew.abs(), mean: x0 + mean_d, std, skew }
+    let mean = x0 + mean_d;
+    let mut distinct = w.to_vec();
+    distinct.sort_by(f64::total_cmp);
+    distinct.dedup();
+    let q = match distinct.len() {
+        n if n > f.k => 0.0,
+        1 => f.constant_step * mean.abs() / 12f64.sqrt(),
+        _ => distinct.windows(2).map(|p| p[1] - p[0]).fold(f64::INFINITY, f64::min) / 12f64.sqrt(),
+    };
+    let scale = std.max(f.min_std).max(f.rel * mean.abs()).max(q);
+    let dev = ((x - x0) - mean_d).abs();
+    if scale <= std {
+        let z = dev / (std + 1e-8);
+        return Ref { score: z + 0.3 * skew.abs(), mean, std, scale: std, skew };
+    }
+    let z = dev / (scale + 1e-8);
+    Ref { score: z + 0.3 * skew.abs() * (std / scale).powi(3), mean, std, scale, skew }
 }
 
 /// Expected outputs of one series (values in arrival order, with their times): NaN and ±∞ skipped,
 /// points i = w, w+s, … of the finite ones scored against the w finite points before them.
 fn expected(points: &[(u64, f64)], w: usize, s: usize) -> Vec<(u64, f64, Ref)> {
+    expected_floored(points, w, s, &SPEC)
+}
+
+/// [`expected`] with floors.
+fn expected_floored(points: &[(u64, f64)], w: usize, s: usize, f: &RefFloors) -> Vec<(u64, f64, Ref)> {
     let finite: Vec<(u64, f64)> = points.iter().copied().filter(|p| p.1.is_finite()).collect();
     (w..finite.len())
         .step_by(s)
         .map(|i| {
             let window: Vec<f64> = finite[i - w..i].iter().map(|p| p.1).collect();
-            (finite[i].0, finite[i].1, reference(&window, finite[i].1))
+            (finite[i].0, finite[i].1, reference_floored(&window, finite[i].1, f))
         })
         .collect()
 }
@@ -231,6 +285,7 @@ struct Got {
     window: i64,
     mean: f64,
     std: f64,
+    scale: f64,
     skew: f64,
     value: f64,
 }
@@ -286,7 +341,17 @@ fn read(out: &[RecordBatch]) -> Vec<Got> {
             let keys: Vec<&str> = s.attributes.iter().map(|kv| kv.key.as_str()).collect();
             assert_eq!(
                 keys,
-                ["detector", "metric", "model", "window", "zscore.mean", "zscore.std", "zscore.skew", "value"]
+                [
+                    "detector",
+                    "metric",
+                    "model",
+                    "window",
+                    "zscore.mean",
+                    "zscore.std",
+                    "zscore.scale",
+                    "zscore.skew",
+                    "value"
+                ]
             );
             assert_eq!(attr(s, "detector"), &any_value::Value::StringValue("zscore_skew".into()));
             assert_eq!(attr(s, "metric"), &any_value::Value::StringValue(METRIC.into()));
@@ -300,6 +365,7 @@ fn read(out: &[RecordBatch]) -> Vec<Got> {
                 window: *window,
                 mean: dbl(attr(s, "zscore.mean")),
                 std: dbl(attr(s, "zscore.std")),
+                scale: dbl(attr(s, "zscore.scale")),
                 skew: dbl(attr(s, "zscore.skew")),
                 value: dbl(attr(s, "value")),
             });
@@ -323,8 +389,9 @@ impl Harness {
         Harness { proc, telemetry, id }
     }
 
+    /// Window `w`, step `s`, no scale floor (spec §2 exactly).
     fn with(w: usize, s: usize) -> Self {
-        Harness::new(json!({"metrics": [METRIC], "window": w, "step": s}))
+        Harness::new(SPEC.config(w, s))
     }
 
     fn feed(&mut self, b: &RecordBatch) -> Vec<Got> {
@@ -346,10 +413,22 @@ impl Harness {
 /// Checks `got` against the reference of every series in `points`; returns the largest error
 /// relative to max(1, score).
 fn check(got: &[Got], points: &[In], series: usize, w: usize, s: usize) -> Result<f64, TestCaseError> {
+    check_floored(got, points, series, w, s, &SPEC)
+}
+
+/// [`check`] against the reference with floors `f`.
+fn check_floored(
+    got: &[Got],
+    points: &[In],
+    series: usize,
+    w: usize,
+    s: usize,
+    f: &RefFloors,
+) -> Result<f64, TestCaseError> {
     let mut want: BTreeMap<(String, u64), (f64, Ref)> = BTreeMap::new();
     for k in 0..series {
         let pts: Vec<(u64, f64)> = points.iter().filter(|p| p.k == k).map(|p| (p.time, p.value)).collect();
-        for (t, x, r) in expected(&pts, w, s) {
+        for (t, x, r) in expected_floored(&pts, w, s, f) {
             want.insert((format!("m{k}"), t), (x, r));
         }
     }
@@ -367,6 +446,7 @@ fn check(got: &[Got], points: &[In], series: usize, w: usize, s: usize) -> Resul
         let level = ((r.score - 3.0) / 3.0).clamp(0.0, 1.0);
         prop_assert!(close(g.level, level, 1.0), "level {} vs {level}", g.level);
         prop_assert!(close(g.std, r.std, r.std), "std {} vs {}", g.std, r.std);
+        prop_assert!(close(g.scale, r.scale, r.scale), "scale {} vs {}", g.scale, r.scale);
         prop_assert!(
             (g.mean - r.mean).abs() <= TOL * (r.std + 1e-8) + 4.0 * f64::EPSILON * r.mean.abs(),
             "mean {} vs {}",
@@ -481,6 +561,134 @@ mod zscore_skew {
             }
             prop_assert_eq!(whole.proc.snapshot().unwrap(), second.proc.snapshot().unwrap());
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        /// With the defaults or other floors (absolute, relative, quantised with k = 0..6, assumed
+        /// constant step), every score, level and scale equals the floored reference within 1e-9.
+        #[test]
+        fn floored_equals_the_reference(
+            families in prop::collection::vec((0..FAMILIES, any::<u64>()), 1..=3),
+            len in 0usize..260,
+            w in 3usize..=40,
+            s in 1usize..=3,
+            floors in (0usize..4, 0usize..3, 0usize..=6, 0usize..3),
+            order_seed in any::<u64>(),
+            cut_seed in any::<u64>(),
+        ) {
+            let f = if floors == (0, 0, 0, 0) {
+                DEFAULTS
+            } else {
+                RefFloors {
+                    min_std: [0.0, 1e-3, 1.0, 1e6][floors.0],
+                    rel: [0.0, 0.05, 0.3][floors.1],
+                    k: floors.2,
+                    constant_step: [0.0, 0.5, 2.0][floors.3],
+                }
+            };
+            let points = interleave(&families, len, order_seed, true);
+            let mut h = Harness::new(f.config(w, s));
+            let mut got = Vec::new();
+            for b in batches(&points, cut_seed, 5) {
+                got.extend(h.run(&b));
+            }
+            let names: Vec<&str> = families.iter().map(|f| family_name(f.0)).collect();
+            check_floored(&got, &points, families.len(), w, s, &f)
+                .map_err(|e| TestCaseError::fail(format!("{names:?} {f:?}: {e}")))?;
+        }
+    }
+
+    /// A series of `values` (one point each, series 0) through a processor with the defaults.
+    fn defaults(w: usize, values: &[f64]) -> Vec<Got> {
+        let pts: Vec<In> =
+            values.iter().enumerate().map(|(i, &v)| In { k: 0, time: BASE + i as u64, value: v }).collect();
+        Harness::new(json!({"metrics": [METRIC], "window": w})).run(&pts)
+    }
+
+    /// A constant window, then +1 %: level 0 (without the floors the score was 1e4 / 1e-8 ≈ 1e6).
+    #[test]
+    fn constant_window_then_one_percent_is_level_0() {
+        let mut values = vec![0.2; 50];
+        values.push(0.202);
+        let got = defaults(50, &values);
+        assert_eq!(got.len(), 1);
+        let g = &got[0];
+        // Constant window: scale = 0.5·0.2/√12 (the assumed step), z = 0.002 / scale ≈ 0.069.
+        assert_eq!((g.std, g.skew, g.mean), (0.0, 0.0, 0.2));
+        assert!((g.scale - 0.1 / 12f64.sqrt()).abs() < 1e-15, "{g:?}");
+        assert!((g.score - 0.002 / (0.1 / 12f64.sqrt() + 1e-8)).abs() < 1e-9 && g.level == 0.0, "{g:?}");
+        // The same point with the floors off: the spec's guard alone, instantly critical.
+        let pts: Vec<In> =
+            values.iter().enumerate().map(|(i, &v)| In { k: 0, time: BASE + i as u64, value: v }).collect();
+        let spec = Harness::with(50, 1).run(&pts);
+        assert!(spec[0].score > 1e5 && spec[0].level == 1.0, "{:?}", spec[0]);
+    }
+
+    /// A scraped p95 between two bucket interpolations (0.0488 and 0.0732): one bucket step is below
+    /// warning (0.6), from a constant window and from a window that has seen the other value once;
+    /// a real 3× (and 2×) step on the same signal is critical (≥ 0.8).
+    #[test]
+    fn one_bucket_step_is_below_warning_and_a_real_step_is_critical() {
+        let (a, b) = (0.0488, 0.0732);
+        let mut once = vec![a; 50];
+        once[20] = b;
+        for (name, window) in [("constant", vec![a; 50]), ("one earlier step", once.clone())] {
+            for (x, below_warning) in [(b, true), (2.0 * a, false), (3.0 * a, false)] {
+                let mut values = window.clone();
+                values.push(x);
+                let got = defaults(50, &values);
+                assert_eq!(got.len(), 1);
+                let g = &got[0];
+                if below_warning {
+                    assert!(g.level < 0.6, "{name}, one step to {x}: {g:?}");
+                } else {
+                    assert!(g.level >= 0.8, "{name}, step to {x}: {g:?}");
+                }
+                let r = reference_floored(&window, x, &DEFAULTS);
+                assert!(close(g.score, r.score, r.score.max(1.0)), "{g:?} vs {r:?}");
+            }
+        }
+        // The numbers the docs quote: from the constant window z = 0.0244 / (0.0244/√12) = √12;
+        // after one earlier b the scale is the gap 0.0244/√12 (std 0.0034 is below it).
+        let mut values = vec![a; 50];
+        values.push(b);
+        let g = &defaults(50, &values)[0];
+        assert!((g.score - 12f64.sqrt()).abs() < 1e-5 && (g.level - 0.155).abs() < 1e-3, "{g:?}");
+        let mut values = once.clone();
+        values.push(b);
+        let g = &defaults(50, &values)[0];
+        assert!((g.scale - (b - a) / 12f64.sqrt()).abs() < 1e-15 && g.std < g.scale, "{g:?}");
+        assert!((g.score - 3.637).abs() < 1e-3, "{g:?}");
+        // A quantised signal flipping between the two values all along: never a warning.
+        let flips: Vec<f64> = (0..400).map(|i| if i % 37 == 0 || i % 53 == 0 { b } else { a }).collect();
+        let got = defaults(50, &flips);
+        assert!(got.iter().all(|g| g.level < 0.6), "{:?}", got.iter().map(|g| g.level).fold(0.0, f64::max));
+        // The same flips with the floors off: the old behaviour, critical.
+        let pts: Vec<In> =
+            flips.iter().enumerate().map(|(i, &v)| In { k: 0, time: BASE + i as u64, value: v }).collect();
+        assert!(Harness::with(50, 1).run(&pts).iter().any(|g| g.level >= 0.8));
+    }
+
+    /// The relative floor (5 % of |mean|) on a continuous but nearly flat series; the absolute floor.
+    #[test]
+    fn relative_and_absolute_floors() {
+        // 100 ± 0.01 (std ≈ 0.0058, far below 5): 110 is 10 % away, z = 10 / 5 = 2, level 0.
+        let values: Vec<f64> = (0..50).map(|i| 100.0 + 0.01 * ((i * 7 % 3) as f64 - 1.0)).chain([110.0]).collect();
+        let g = &defaults(50, &values)[0];
+        assert!((g.scale - 0.05 * g.mean).abs() < 1e-12 && g.level == 0.0, "{g:?}");
+        // 130 is 30 % away: z = 6, critical.
+        let mut hi = values.clone();
+        hi[50] = 130.0;
+        assert!(defaults(50, &hi)[0].level >= 0.8);
+        // A series at 0 has no relative floor; `min_std` gives one in the metric's unit.
+        let zeros: Vec<In> =
+            (0..11).map(|i| In { k: 0, time: BASE + i, value: if i == 10 { 0.5 } else { 0.0 } }).collect();
+        let got = Harness::new(json!({"metrics": [METRIC], "window": 10})).run(&zeros);
+        assert_eq!(got[0].level, 1.0, "0 → 0.5 without min_std: scale 0");
+        let got = Harness::new(json!({"metrics": [METRIC], "window": 10, "min_std": 0.25})).run(&zeros);
+        assert!((got[0].score - 0.5 / (0.25 + 1e-8)).abs() < 1e-9 && got[0].level == 0.0, "{:?}", got[0]);
     }
 
     /// Long adversarial series of every family through the processor at the default window: within
@@ -707,6 +915,22 @@ mod zscore_skew {
         assert_eq!(path(json!({"metrics": [METRIC], "level": {"zero": 3, "one": 3}})), vec![key("level"), key("one")]);
         assert_eq!(path(json!({"metrics": [METRIC], "level": {"zero": 3, "ten": 3}})), vec![key("level"), key("ten")]);
         assert_eq!(path(json!({"metrics": [METRIC], "windw": 5})), vec![key("windw")]);
+        for (cfg, want) in [
+            (json!({"min_std": -1.0}), vec![key("min_std")]),
+            (json!({"min_relative_std": -0.1}), vec![key("min_relative_std")]),
+            (json!({"quantised": {"max_distinct": 17}}), vec![key("quantised"), key("max_distinct")]),
+            (json!({"quantised": {"constant_step": -1.0}}), vec![key("quantised"), key("constant_step")]),
+            (json!({"quantised": {"steps": 1}}), vec![key("quantised"), key("steps")]),
+        ] {
+            let mut c = json!({"metrics": [METRIC]});
+            for (k, v) in cfg.as_object().unwrap() {
+                c[k] = v.clone();
+            }
+            assert_eq!(path(c), want);
+        }
+        f.validate(&json!({"metrics": [METRIC], "min_std": 0.001, "min_relative_std": 0.0,
+            "quantised": {"max_distinct": 0, "constant_step": 0.0}}))
+            .unwrap();
         assert!(ProcessorFactory::arrow(&f).is_some());
     }
 }

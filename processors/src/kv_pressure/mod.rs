@@ -5,8 +5,9 @@
 //! `llm_signals` emits them), and the fragmentation index KVF where the allocator state is known
 //! (a KVF gauge, or the free runs of the block pool). On each input point it evaluates the
 //! conditions on the group's latest fresh values and emits `llm.anomaly.score` (weighted sum of
-//! the conditions) and `llm.anomaly.level` at the point's timestamp. Semantics:
-//! docs/detectors/kv_pressure.md.
+//! the conditions) and `llm.anomaly.level` at the point's timestamp. The low-hit-rate condition
+//! waits for a warm-up after the group's (re)start (a cold prefix cache is expected then).
+//! Semantics: docs/detectors/kv_pressure.md.
 
 pub mod alloc;
 pub mod assess;
@@ -14,7 +15,7 @@ pub mod state;
 
 use crate::delta_ab::rows::{self, Rows};
 use crate::detect::{Output, kv_f64, kv_i64, kv_str};
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch, TimestampNanosecondArray};
 use assess::{Flags, Input, Thresholds};
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, schema};
 use inferwatch_core::component::{ComponentError, CreateContext, FieldError, parse_config};
@@ -30,7 +31,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Version of the checkpoint format written by [`KvPressure`].
-pub const STATE_VERSION: u32 = 1;
+pub const STATE_VERSION: u32 = 2;
 /// The `detector` attribute of the output.
 pub const DETECTOR: &str = "kv_pressure";
 
@@ -63,6 +64,14 @@ pub struct KvPressureConfig {
     pub max_series: usize,
     /// Event time without input after which a group is forgotten (default 10m).
     pub idle_timeout: GoDuration,
+    /// Event time after a group's (re)start during which a low hit rate is not flagged (default
+    /// 10m; 0s = no warm-up).
+    pub warmup: GoDuration,
+    /// A group point more than this after its previous point is a restart (default 2m; 0s = never).
+    pub restart_gap: GoDuration,
+    /// Cumulative counters whose drop, or later start time, is a restart of their group (default
+    /// vLLM's prefix-cache query counters; read only where the raw scrape is routed here).
+    pub reset_metrics: Vec<String>,
 }
 
 impl Default for KvPressureConfig {
@@ -80,9 +89,20 @@ impl Default for KvPressureConfig {
             allowed_lateness: GoDuration(Duration::ZERO),
             max_series: 1000,
             idle_timeout: GoDuration(Duration::from_secs(600)),
+            warmup: GoDuration(Duration::from_secs(600)),
+            restart_gap: GoDuration(Duration::from_secs(120)),
+            reset_metrics: DEFAULT_RESET_METRICS.iter().map(|s| s.to_string()).collect(),
         }
     }
 }
+
+/// The default `reset_metrics`: vLLM's prefix-cache query counters, current and older names.
+pub const DEFAULT_RESET_METRICS: [&str; 4] = [
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_queries",
+    "vllm:gpu_prefix_cache_queries_total",
+    "vllm:gpu_prefix_cache_queries",
+];
 
 fn nanos(key: &str, d: &GoDuration) -> Result<u64, FieldError> {
     u64::try_from(d.0.as_nanos()).map_err(|_| FieldError::at(key, format!("{d} is too long (at most ~584 years)")))
@@ -95,6 +115,8 @@ enum Role {
     Value(Input),
     /// One free run of the block pool.
     FreeRun,
+    /// A cumulative counter whose reset restarts the warm-up.
+    Reset,
 }
 
 /// A checked configuration in the units the processor uses.
@@ -103,6 +125,7 @@ struct Checked {
     params: Params,
     lateness_ns: u64,
     stale_ns: u64,
+    warmup_ns: u64,
     thresholds: Thresholds,
     roles: BTreeMap<String, Role>,
     output_metric: String,
@@ -129,6 +152,21 @@ impl KvPressureConfig {
                 return Err(FieldError::at(key, format!("{name} is already another input")));
             }
         }
+        for (i, name) in self.reset_metrics.iter().enumerate() {
+            let problem = if name.is_empty() {
+                Some("must not be empty".to_string())
+            } else if roles.get(name).is_some_and(|r| *r != Role::Reset) {
+                Some(format!("{name} is already another input"))
+            } else {
+                None
+            };
+            if let Some(p) = problem {
+                let mut e = FieldError::at("reset_metrics", p);
+                e.path.push(inferwatch_core::component::PathSeg::Index(i));
+                return Err(e);
+            }
+            roles.insert(name.clone(), Role::Reset);
+        }
         let t = &self.thresholds;
         let in_unit = |v: f64| v.is_finite() && (0.0..=1.0).contains(&v);
         let non_negative = |v: f64| v.is_finite() && v >= 0.0;
@@ -151,9 +189,14 @@ impl KvPressureConfig {
             return Err(FieldError::at("max_series", "must be at least 1"));
         }
         Ok(Checked {
-            params: Params { max_series: self.max_series, idle_ns: nanos("idle_timeout", &self.idle_timeout)? },
+            params: Params {
+                max_series: self.max_series,
+                idle_ns: nanos("idle_timeout", &self.idle_timeout)?,
+                restart_gap_ns: nanos("restart_gap", &self.restart_gap)?,
+            },
             lateness_ns: nanos("allowed_lateness", &self.allowed_lateness)?,
             stale_ns,
+            warmup_ns: nanos("warmup", &self.warmup)?,
             thresholds: self.thresholds,
             roles,
             output_metric: self.output_metric.clone(),
@@ -214,6 +257,23 @@ fn group_of(rows: &mut Rows<'_>, row: usize, attrs: &[KeyValue]) -> Result<Group
     })
 }
 
+/// The series of a counter point: `name{k=v,…}`, the point attributes sorted by key.
+fn counter_key(name: &str, attrs: &[KeyValue]) -> String {
+    let mut pairs: Vec<(&str, String)> = attrs
+        .iter()
+        .map(|kv| {
+            let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => s.clone(),
+                other => format!("{other:?}"),
+            };
+            (kv.key.as_str(), v)
+        })
+        .collect();
+    pairs.sort();
+    let body: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{name}{{{}}}", body.join(","))
+}
+
 /// The input attributes of an output: the point's own, then the group's where the point lacks them.
 fn with_group(mut attrs: Vec<KeyValue>, key: &GroupKey) -> Vec<KeyValue> {
     for kv in key.attributes() {
@@ -231,11 +291,20 @@ impl Checked {
     }
 
     /// Score, level and evidence of group `g` at `now`, for a point of input metric `input`.
+    /// During the group's warm-up a low hit rate meets no condition (the others are unchanged).
     fn evaluate(&self, g: &Group, now: u64, input: &str) -> (f64, f64, Vec<KeyValue>) {
         let inputs = g.fresh(now, self.stale_ns);
-        let flags = Flags::of(&inputs, &self.thresholds);
+        let mut flags = Flags::of(&inputs, &self.thresholds);
+        let warming = inputs.get(Input::HitRate).is_some() && g.warming_up(now, self.warmup_ns);
+        if warming {
+            flags.hit_rate_low = false;
+        }
         let mut evidence: Vec<KeyValue> =
             Input::ALL.iter().filter_map(|&i| inputs.get(i).map(|v| kv_f64(i.evidence_key(), v))).collect();
+        if warming {
+            let left = g.warm_from.saturating_add(self.warmup_ns).saturating_sub(now);
+            evidence.push(kv_f64("kv_pressure.warmup_left_s", left as f64 / 1e9));
+        }
         if let Some(f) = g.free.filter(|f| f.time.saturating_add(self.stale_ns) >= now) {
             let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
             evidence.push(kv_i64("kv_pressure.free_blocks", count(f.free_blocks)));
@@ -267,7 +336,9 @@ impl KvPressure {
 
 impl ArrowProcessor for KvPressure {
     fn needs(&self) -> Needs {
-        Needs { signal: Signal::Metrics, columns: rows::COLUMNS.to_vec() }
+        let mut columns = rows::COLUMNS.to_vec();
+        columns.push(schema::START_TIME);
+        Needs { signal: Signal::Metrics, columns }
     }
 
     fn allowed_lateness_ns(&self) -> u64 {
@@ -276,6 +347,9 @@ impl ArrowProcessor for KvPressure {
 
     fn process(&mut self, batch: &RecordBatch, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
         let mut rows = Rows::new(batch)?;
+        let starts = batch
+            .column_by_name(schema::START_TIME)
+            .and_then(|c| c.as_any().downcast_ref::<TimestampNanosecondArray>());
         let cfg = &self.cfg;
         let mut output = Output::new();
         let mut evicted = 0usize;
@@ -298,6 +372,20 @@ impl ArrowProcessor for KvPressure {
                             }),
                         };
                         pending.runs.push(p.value.round() as u64);
+                    }
+                    continue;
+                }
+                Role::Reset => {
+                    // The column holds the OTLP fixed64 bit pattern; 0 = no start time.
+                    let start = starts.filter(|c| row < c.len() && !c.is_null(row)).map_or(0, |c| c.value(row) as u64);
+                    let series = counter_key(p.name, &attrs);
+                    let (n, group) = self.state.touch(&key, p.time);
+                    evicted += n;
+                    if let Some(g) = group
+                        && g.counter(&series, p.time, start, p.value)
+                    {
+                        g.warm_from = g.warm_from.max(p.time);
+                        tracing::debug!(processor = %self.name, counter = %series, "kv_pressure: counter reset, warm-up restarts");
                     }
                     continue;
                 }

@@ -1,5 +1,5 @@
 //! The state of `kv_pressure`: per (model, version, instance) group, the latest value of each
-//! input, eviction, and the checkpoint form.
+//! input, the start of its warm-up and its reset counters, eviction, and the checkpoint form.
 
 use super::assess::{Input, Inputs};
 use crate::detect::kv_str;
@@ -53,6 +53,22 @@ pub struct FreeSpace {
     pub largest_run: u64,
 }
 
+/// Most counter series of `reset_metrics` tracked per group (more are ignored).
+pub const MAX_COUNTERS: usize = 16;
+
+/// The latest point of one counter series of `reset_metrics`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Counter {
+    /// The series: metric name and point attributes, `name{k=v,…}` sorted.
+    pub key: String,
+    /// Event time, ns.
+    pub time: u64,
+    /// Start time, ns (0: not given).
+    pub start: u64,
+    /// The value.
+    pub value: f64,
+}
+
 /// What is known of one group.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Group {
@@ -60,6 +76,11 @@ pub struct Group {
     pub latest: [Option<Latest>; 5],
     /// Latest free-runs snapshot.
     pub free: Option<FreeSpace>,
+    /// Event time of the group's latest (re)start: its first point, the first after a gap, or a
+    /// counter reset (ns).
+    pub warm_from: u64,
+    /// The counters of `reset_metrics` seen for this group.
+    pub counters: Vec<Counter>,
     last_point: u64,
     last_seen: u64,
 }
@@ -71,6 +92,29 @@ impl Group {
         if slot.is_none_or(|l| l.time <= time) {
             *slot = Some(Latest { time, value });
         }
+    }
+
+    /// Records a point of counter series `key`; true when it is a reset: newer than the series'
+    /// previous point and below its value, or with a later start time. The first point of a
+    /// series is a baseline only.
+    pub fn counter(&mut self, key: &str, time: u64, start: u64, value: f64) -> bool {
+        if let Some(c) = self.counters.iter_mut().find(|c| c.key == key) {
+            if time <= c.time {
+                return false;
+            }
+            let reset = value < c.value || (start > c.start && c.start != 0);
+            *c = Counter { key: c.key.clone(), time, start, value };
+            return reset;
+        }
+        if self.counters.len() < MAX_COUNTERS {
+            self.counters.push(Counter { key: key.to_string(), time, start, value });
+        }
+        false
+    }
+
+    /// True while `time` is within `warmup_ns` of the group's latest (re)start.
+    pub fn warming_up(&self, time: u64, warmup_ns: u64) -> bool {
+        time < self.warm_from.saturating_add(warmup_ns)
     }
 
     /// The values still fresh at `now`: not older than `stale_ns`.
@@ -90,6 +134,8 @@ pub struct Params {
     pub max_series: usize,
     /// Event time without input after which a group is forgotten, ns.
     pub idle_ns: u64,
+    /// A point more than this after the group's previous one starts a new warm-up, ns (0: never).
+    pub restart_gap_ns: u64,
 }
 
 /// Every group.
@@ -111,20 +157,25 @@ impl State {
     }
 
     /// The group `key` after a point at `time` (created if new, evicting the least recently seen
-    /// 10 % at `max_series`), and the number of groups evicted.
+    /// 10 % at `max_series`), and the number of groups evicted. A new group starts its warm-up at
+    /// `time`, and so does one whose previous point is more than `restart_gap` before `time`.
     pub fn touch(&mut self, key: &GroupKey, time: u64) -> (usize, Option<&mut Group>) {
         let mut evicted = 0;
         if !self.groups.contains_key(key) {
             if self.groups.len() >= self.params.max_series {
                 evicted = self.evict_least_recent();
             }
-            self.groups.insert(key.clone(), Group { last_point: time, ..Group::default() });
+            self.groups.insert(key.clone(), Group { last_point: time, warm_from: time, ..Group::default() });
         }
         self.seq += 1;
         let seq = self.seq;
+        let gap = self.params.restart_gap_ns;
         let g = self.groups.get_mut(key);
         if let Some(g) = g {
             g.last_seen = seq;
+            if gap > 0 && time > g.last_point.saturating_add(gap) {
+                g.warm_from = time;
+            }
             g.last_point = g.last_point.max(time);
             return (evicted, Some(g));
         }
@@ -207,8 +258,31 @@ mod tests {
     }
 
     #[test]
+    fn warm_up_starts_at_the_first_point_a_gap_and_a_counter_reset() {
+        let mut st = State::new(Params { max_series: 3, idle_ns: 3600 * S, restart_gap_ns: 120 * S });
+        let g = st.touch(&key("a"), 100 * S).1.unwrap();
+        assert_eq!(g.warm_from, 100 * S);
+        assert!(g.warming_up(699 * S, 600 * S) && !g.warming_up(700 * S, 600 * S));
+        st.touch(&key("a"), 220 * S);
+        assert_eq!(st.touch(&key("a"), 50 * S).1.unwrap().warm_from, 100 * S, "a gap of exactly 120 s, a late point");
+        assert_eq!(st.touch(&key("a"), 341 * S).1.unwrap().warm_from, 341 * S, "121 s after the previous point");
+        let g = st.touch(&key("a"), 350 * S).1.unwrap();
+        assert!(!g.counter("q{}", 350 * S, 0, 10.0), "the first point is a baseline");
+        assert!(!g.counter("q{}", 360 * S, 0, 12.0));
+        assert!(!g.counter("q{}", 360 * S, 0, 1.0), "not newer: ignored");
+        assert!(g.counter("q{}", 370 * S, 0, 3.0), "a drop");
+        assert!(!g.counter("q{}", 380 * S, 5 * S, 4.0), "a start time where there was none");
+        assert!(g.counter("q{}", 390 * S, 385 * S, 9.0), "a later start time");
+        assert!(!g.counter("q{}", 400 * S, 385 * S, 9.0), "equal value, same start");
+        for i in 0..20 {
+            g.counter(&format!("c{i}"), 400 * S, 0, 1.0);
+        }
+        assert_eq!(g.counters.len(), MAX_COUNTERS);
+    }
+
+    #[test]
     fn eviction_expiry_and_snapshot() {
-        let mut st = State::new(Params { max_series: 3, idle_ns: 60 * S });
+        let mut st = State::new(Params { max_series: 3, idle_ns: 60 * S, restart_gap_ns: 0 });
         for (i, m) in ["a", "b", "c"].iter().enumerate() {
             st.touch(&key(m), i as u64 * S).1.unwrap().set(Input::Usage, i as u64 * S, 0.1);
         }
@@ -216,7 +290,7 @@ mod tests {
         assert_eq!(st.touch(&key("d"), 4 * S).0, 1);
         assert!(!st.groups.contains_key(&key("b")), "b was the least recently seen");
         let bytes = st.snapshot().unwrap();
-        let mut other = State::new(Params { max_series: 3, idle_ns: 60 * S });
+        let mut other = State::new(Params { max_series: 3, idle_ns: 60 * S, restart_gap_ns: 0 });
         other.restore(&bytes).unwrap();
         assert_eq!(other.snapshot().unwrap(), bytes);
         assert!(other.restore(&bytes[..bytes.len() - 1]).is_err());

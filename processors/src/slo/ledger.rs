@@ -266,7 +266,7 @@ mod tests {
         let mut slow = Ledger::default();
         // 2 % bad, evenly, for 3 days: burn 2 on every window → the 3d/6h ticket rule (1×) only.
         for m in 0..3 * day {
-            let bad = m % 50 == 0;
+            let bad = m.is_multiple_of(50);
             slow.add(m * MIN_NS, Counts { good: if bad { 0.0 } else { 1.0 }, total: 1.0 }, 672);
         }
         let a = slow.assess((3 * day - 1) * MIN_NS, 0.99, 672);

@@ -159,10 +159,10 @@ impl Runner {
     ) -> Option<Counts> {
         match &self.obj.sli {
             Sli::Latency { metric, threshold } => {
-                (name == metric).then(|| Counts { good: if value <= *threshold { 1.0 } else { 0.0 }, total: 1.0 })
+                (name == metric).then_some(Counts { good: if value <= *threshold { 1.0 } else { 0.0 }, total: 1.0 })
             }
             Sli::Availability { threshold } => {
-                (name == ERROR_RATE).then(|| Counts { good: if value <= *threshold { 1.0 } else { 0.0 }, total: 1.0 })
+                (name == ERROR_RATE).then_some(Counts { good: if value <= *threshold { 1.0 } else { 0.0 }, total: 1.0 })
             }
             Sli::ErrorRatio => {
                 if name == REQUEST_RATE {

@@ -2,9 +2,11 @@
 //!
 //! For each series of the configured metrics, the point at index i = w, w+s, w+2s, … (counting
 //! the series' finite points) is scored against the w points before it:
-//! `score = |x − mean| / (std + 1e-8) + 0.3·|G1|`, and emitted as `llm.anomaly.score` and
-//! `llm.anomaly.level` at the point's own timestamp. The rolling moments and their accuracy
-//! scheme are in [`window`]; semantics and outputs: docs/detectors/zscore_skew.md.
+//! `score = |x − mean| / (std + 1e-8) + 0.3·|G1|`, with the standard deviation floored (an
+//! absolute and a relative floor, and the quantisation step of a window of few distinct values:
+//! see [`window::Floors`]), and emitted as `llm.anomaly.score` and `llm.anomaly.level` at the
+//! point's own timestamp. The rolling moments and their accuracy scheme are in [`window`];
+//! semantics and outputs: docs/detectors/zscore_skew.md.
 
 pub mod state;
 pub mod window;
@@ -46,6 +48,22 @@ impl Default for LevelConfig {
     }
 }
 
+/// How windows of few distinct values (bucketed percentiles, integers) are scaled.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuantisedConfig {
+    /// A window with at most this many distinct values is quantised (default 4; 0 = off; ≤ 16).
+    pub max_distinct: usize,
+    /// Assumed step of a constant window, relative to |value| (default 0.5).
+    pub constant_step: f64,
+}
+
+impl Default for QuantisedConfig {
+    fn default() -> Self {
+        QuantisedConfig { max_distinct: 4, constant_step: 0.5 }
+    }
+}
+
 /// Settings of `zscore_skew`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -62,6 +80,12 @@ pub struct ZscoreSkewConfig {
     pub idle_timeout: GoDuration,
     /// Score → level mapping (default 3 → 0, 6 → 1).
     pub level: LevelConfig,
+    /// Absolute floor on the standard deviation, in the metric's unit (default 0).
+    pub min_std: f64,
+    /// Floor on the standard deviation relative to |mean| (default 0.05).
+    pub min_relative_std: f64,
+    /// Scale of windows of few distinct values.
+    pub quantised: QuantisedConfig,
 }
 
 impl Default for ZscoreSkewConfig {
@@ -73,6 +97,9 @@ impl Default for ZscoreSkewConfig {
             max_series: 10_000,
             idle_timeout: GoDuration(Duration::from_secs(3600)),
             level: LevelConfig::default(),
+            min_std: 0.0,
+            min_relative_std: 0.05,
+            quantised: QuantisedConfig::default(),
         }
     }
 }
@@ -83,6 +110,7 @@ struct Checked {
     params: Params,
     step: u64,
     level: LevelConfig,
+    floors: window::Floors,
     metrics: HashSet<String>,
 }
 
@@ -120,10 +148,32 @@ impl ZscoreSkewConfig {
         if !(one.is_finite() && one > zero) {
             return Err(FieldError::at("level.one", format!("must be a finite number above level.zero, got {one}")));
         }
+        let non_negative = |v: f64| v.is_finite() && v >= 0.0;
+        for (key, v) in [
+            ("min_std", self.min_std),
+            ("min_relative_std", self.min_relative_std),
+            ("quantised.constant_step", self.quantised.constant_step),
+        ] {
+            if !non_negative(v) {
+                return Err(FieldError::at(key, format!("must be a finite number ≥ 0, got {v}")));
+            }
+        }
+        let max_distinct = self.quantised.max_distinct;
+        if max_distinct > window::MAX_DISTINCT {
+            return Err(FieldError::at(
+                "quantised.max_distinct",
+                format!("must be at most {}, got {max_distinct}", window::MAX_DISTINCT),
+            ));
+        }
         Ok(Checked {
-            params: Params { window: self.window, max_series: self.max_series, idle_ns },
+            params: Params { window: self.window, max_series: self.max_series, idle_ns, max_distinct },
             step: self.step as u64,
             level: self.level,
+            floors: window::Floors {
+                min_std: self.min_std,
+                min_relative_std: self.min_relative_std,
+                constant_step: if max_distinct == 0 { 0.0 } else { self.quantised.constant_step },
+            },
             metrics: self.metrics.iter().cloned().collect(),
         })
     }
@@ -242,7 +292,7 @@ impl ArrowProcessor for ZscoreSkew {
         let kinds = column::<UInt8Array>(batch, schema::KIND)?;
         let values = column::<Float64Array>(batch, schema::VALUE)?;
         let times = inferwatch_core::arrow::time_column(batch)?;
-        let (w, step, level) = (self.cfg.params.window as u64, self.cfg.step, self.cfg.level);
+        let (w, step, level, floors) = (self.cfg.params.window as u64, self.cfg.step, self.cfg.level, self.cfg.floors);
         let filter = &self.cfg.metrics;
         let mut output = Output::new();
         let (mut evicted, mut skipped) = (0usize, 0usize);
@@ -277,6 +327,7 @@ impl ArrowProcessor for ZscoreSkew {
                 && (i - w) % step == 0
                 && let Some(sc) = s.window.score(x)
             {
+                let sc = sc.floored(&floors, s.window.quantum());
                 match sc.path {
                     Path::Fast => self.paths.fast += 1,
                     Path::Rebuilt => self.paths.rebuilt += 1,
@@ -296,6 +347,7 @@ impl ArrowProcessor for ZscoreSkew {
                         kv_i64("window", w as i64),
                         kv_f64("zscore.mean", sc.mean),
                         kv_f64("zscore.std", sc.std),
+                        kv_f64("zscore.scale", sc.scale),
                         kv_f64("zscore.skew", sc.skew),
                         kv_f64("value", x),
                     ],

@@ -60,6 +60,8 @@ pub struct Params {
     pub max_series: usize,
     /// Event time without a point after which a series is forgotten (ns).
     pub idle_ns: u64,
+    /// Distinct values each window tracks (`quantised.max_distinct`; 0 = none).
+    pub max_distinct: usize,
 }
 
 /// Every series held.
@@ -99,7 +101,13 @@ impl State {
             self.next_idle_check = self.next_idle_check.min(time.saturating_add(self.params.idle_ns));
             self.series.insert(
                 id,
-                Series { meta, window: Window::new(self.params.window), seen: 0, last_time: time, last_seen: 0 },
+                Series {
+                    meta,
+                    window: Window::new(self.params.window).with_distinct(self.params.max_distinct),
+                    seen: 0,
+                    last_time: time,
+                    last_seen: 0,
+                },
             );
         }
         self.seq += 1;
@@ -174,7 +182,7 @@ impl State {
         let repr: SnapshotRepr = postcard::from_bytes(bytes)?;
         let mut series = HashMap::with_capacity(repr.series.len());
         for s in repr.series {
-            let window = Window::from_repr(self.params.window, s.window)?;
+            let window = Window::from_repr(self.params.window, s.window)?.with_distinct(self.params.max_distinct);
             if (window.len() as u64) > s.seen {
                 return Err(RestoreError::Invalid("window holds more points than the series saw"));
             }
@@ -267,7 +275,7 @@ mod tests {
     use super::*;
 
     fn params(max_series: usize) -> Params {
-        Params { window: 3, max_series, idle_ns: 100 }
+        Params { window: 3, max_series, idle_ns: 100, max_distinct: 4 }
     }
 
     fn meta() -> Result<Option<SeriesMeta>, ()> {

@@ -26,6 +26,14 @@
 //!   the trailing run of equal values is kept, so a constant window gives std 0, skew 0 and
 //!   mean = the value exactly, as the definition does, in O(1) (the sums would give m2 = 0 or a
 //!   rounding residue, which the bound refuses, sending every such point to the O(w) path).
+//! * **Distinct values.** With [`Window::with_distinct`]`(k)` the window also keeps a table of
+//!   at most `k` distinct values and their counts, plus the count of values outside the table:
+//!   O(k) per push. When an entry's count drops to 0 while values outside the table exist, the
+//!   table is rebuilt from the buffer, newest value first (O(w·k), about once per w pushes on a
+//!   continuous series). So [`Window::quantum`] knows exactly whether the window holds at most
+//!   `k` distinct values, and which.
+//! * **Scale floor.** [`Score::floored`] rescales a score to a floored standard deviation (see
+//!   docs/detectors/zscore_skew.md): O(k log k), k ≤ [`MAX_DISTINCT`].
 
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +49,46 @@ pub const SKEW_WEIGHT: f64 = 0.3;
 const MIN_M2: f64 = 2.409_919_865_102_884_7e-181;
 /// Smallest window length (the adjusted skewness divides by n − 2).
 pub const MIN_WINDOW: usize = 3;
+/// Largest number of distinct values a window tracks (`quantised.max_distinct`).
+pub const MAX_DISTINCT: usize = 16;
+/// √12: the standard deviation of the rounding error of a quantiser of step Δ is Δ/√12.
+pub const SQRT_12: f64 = 3.464_101_615_137_754_6;
+
+/// What a window with few distinct values says about the resolution of its series.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Quantum {
+    /// Every value of the window is this one.
+    Constant(f64),
+    /// The window holds 2..=k distinct values; the smallest gap between two adjacent ones.
+    Step(f64),
+}
+
+/// Floors on the scale that divides the deviation of a point (docs/detectors/zscore_skew.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Floors {
+    /// Absolute floor, in the metric's unit.
+    pub min_std: f64,
+    /// Floor relative to |mean|.
+    pub min_relative_std: f64,
+    /// Assumed quantisation step of a constant window, relative to |mean| (floor: step/√12).
+    pub constant_step: f64,
+}
+
+impl Floors {
+    /// No floor: the score of spec §2 as it is.
+    pub const NONE: Floors = Floors { min_std: 0.0, min_relative_std: 0.0, constant_step: 0.0 };
+
+    /// The floored scale of a window of mean `mean` and standard deviation `std`.
+    pub fn scale(&self, mean: f64, std: f64, quantum: Option<Quantum>) -> f64 {
+        let am = mean.abs();
+        let q = match quantum {
+            Some(Quantum::Constant(_)) => self.constant_step * am / SQRT_12,
+            Some(Quantum::Step(d)) if d.is_finite() => d / SQRT_12,
+            _ => 0.0,
+        };
+        std.max(self.min_std).max(self.min_relative_std * am).max(q)
+    }
+}
 
 /// How a score was computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,18 +104,120 @@ pub enum Path {
 /// The score of one point against the window before it, and its evidence.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Score {
-    /// z + 0.3·|skew|.
+    /// z + 0.3·|skew|·(std/scale)³.
     pub score: f64,
-    /// |x − mean| / (std + 1e-8).
+    /// |x − mean| / (scale + 1e-8).
     pub z: f64,
     /// Mean of the window.
     pub mean: f64,
     /// Population standard deviation of the window.
     pub std: f64,
+    /// The scale z divides by: `std`, or a floor above it (see [`Score::floored`]).
+    pub scale: f64,
     /// Adjusted Fisher-Pearson skewness G1 of the window (0 where m2 = 0).
     pub skew: f64,
     /// How it was computed.
     pub path: Path,
+}
+
+impl Score {
+    /// This score with its scale floored: scale = max(std, [`Floors::scale`]); where that is
+    /// above std, z = |x − mean| / (scale + 1e-8) and the skew term is 0.3·|G1|·(std/scale)³
+    /// (the third moment standardised by the scale). Unchanged where no floor exceeds std.
+    pub fn floored(self, floors: &Floors, quantum: Option<Quantum>) -> Score {
+        let scale = floors.scale(self.mean, self.std, quantum);
+        if scale.is_nan() || scale <= self.std {
+            return self;
+        }
+        // |x − mean| = z·(std + 1e-8), exactly as the score computed it.
+        let z = self.z * ((self.std + STD_GUARD) / (scale + STD_GUARD));
+        let r = self.std / scale;
+        let score = z + SKEW_WEIGHT * self.skew.abs() * (r * r * r);
+        Score { score, z, scale, ..self }
+    }
+}
+
+/// The distinct values of a window, up to `k` of them (`k` = 0: not tracked).
+#[derive(Debug, Clone, PartialEq)]
+struct Distinct {
+    k: usize,
+    len: usize,
+    /// Values of the window not in the table.
+    others: usize,
+    vals: [f64; MAX_DISTINCT],
+    counts: [u32; MAX_DISTINCT],
+}
+
+impl Distinct {
+    fn new(k: usize) -> Self {
+        Distinct { k: k.min(MAX_DISTINCT), len: 0, others: 0, vals: [0.0; MAX_DISTINCT], counts: [0; MAX_DISTINCT] }
+    }
+
+    #[inline]
+    fn add(&mut self, x: f64) {
+        if self.k == 0 {
+            return;
+        }
+        for i in 0..self.len {
+            if self.vals[i] == x {
+                self.counts[i] += 1;
+                return;
+            }
+        }
+        if self.len < self.k {
+            self.vals[self.len] = x;
+            self.counts[self.len] = 1;
+            self.len += 1;
+        } else {
+            self.others += 1;
+        }
+    }
+
+    /// Removes one `x`; true when the table no longer tells the distinct values (an entry went
+    /// while values outside the table remain), so it must be rebuilt.
+    #[inline]
+    fn remove(&mut self, x: f64) -> bool {
+        if self.k == 0 {
+            return false;
+        }
+        for i in 0..self.len {
+            if self.vals[i] == x {
+                self.counts[i] -= 1;
+                if self.counts[i] == 0 {
+                    self.len -= 1;
+                    self.vals[i] = self.vals[self.len];
+                    self.counts[i] = self.counts[self.len];
+                    return self.others > 0;
+                }
+                return false;
+            }
+        }
+        self.others = self.others.saturating_sub(1);
+        false
+    }
+
+    /// The table of `values`, given newest first.
+    fn rebuild(&mut self, values: impl Iterator<Item = f64>) {
+        self.len = 0;
+        self.others = 0;
+        for v in values {
+            self.add(v);
+        }
+    }
+
+    fn quantum(&self) -> Option<Quantum> {
+        if self.k == 0 || self.others > 0 || self.len == 0 {
+            return None;
+        }
+        if self.len == 1 {
+            return Some(Quantum::Constant(self.vals[0]));
+        }
+        let mut v = self.vals;
+        let v = &mut v[..self.len];
+        v.sort_unstable_by(f64::total_cmp);
+        let gap = v.windows(2).map(|p| p[1] - p[0]).fold(f64::INFINITY, f64::min);
+        Some(Quantum::Step(gap))
+    }
 }
 
 /// A compensated running sum (Kahan–Babuška / Neumaier): `s + c` is the sum.
@@ -129,6 +279,8 @@ pub struct Window {
     run: u32,
     /// sqrt(n(n−1))/(n−2) for n = cap (not serialized: follows from cap).
     cn: f64,
+    /// The distinct values (not serialized: rebuilt from the buffer).
+    distinct: Distinct,
 }
 
 /// The serialized form of a [`Window`] (values oldest first; the sums exactly as they are).
@@ -172,7 +324,30 @@ impl Window {
             updates: 0,
             run: 0,
             cn: skew_factor(cap as f64),
+            distinct: Distinct::new(0),
         }
+    }
+
+    /// This window tracking up to `k` distinct values (at most [`MAX_DISTINCT`]; 0 = none), so
+    /// that [`Window::quantum`] can tell a window of few values; the table is built from the buffer.
+    pub fn with_distinct(mut self, k: usize) -> Self {
+        self.distinct = Distinct::new(k);
+        self.rebuild_distinct();
+        self
+    }
+
+    /// The window's values when it holds at most `k` distinct ones (see [`Window::with_distinct`]):
+    /// the value of a constant window, or the smallest gap between adjacent distinct values.
+    pub fn quantum(&self) -> Option<Quantum> {
+        self.distinct.quantum()
+    }
+
+    fn rebuild_distinct(&mut self) {
+        let (a, b) = self.slices();
+        let newest_first = b.iter().rev().chain(a.iter().rev()).copied();
+        let mut d = Distinct::new(self.distinct.k);
+        d.rebuild(newest_first);
+        self.distinct = d;
     }
 
     /// The window length it was made with.
@@ -235,12 +410,18 @@ impl Window {
         if self.buf.len() < self.cap {
             self.buf.push(x);
             self.term(x, 1.0);
+            self.distinct.add(x);
         } else {
             let h = self.head;
             let old = std::mem::replace(&mut self.buf[h], x);
             self.head = (h + 1) % self.cap;
             self.term(old, -1.0);
             self.term(x, 1.0);
+            let stale = self.distinct.remove(old);
+            self.distinct.add(x);
+            if stale {
+                self.rebuild_distinct();
+            }
         }
         if self.updates as usize >= 2 * self.cap {
             self.rebuild();
@@ -295,7 +476,7 @@ impl Window {
             // Every value equal: m2 = 0 exactly, mean = the value, skew 0 by definition.
             let c = self.last()?;
             let z = (x - c).abs() / STD_GUARD;
-            return Some(Score { score: z, z, mean: c, std: 0.0, skew: 0.0, path: Path::Fast });
+            return Some(Score { score: z, z, mean: c, std: 0.0, scale: 0.0, skew: 0.0, path: Path::Fast });
         }
         let (s1, s2, s3) = (self.sums[0].value(), self.sums[1].value(), self.sums[2].value());
         let mu = s1 / n;
@@ -341,7 +522,7 @@ impl Window {
         if err.is_nan() || err > TOLERANCE * score.max(1.0) || !score.is_finite() || !mean.is_finite() {
             return None;
         }
-        Some(Score { score, z, mean, std: sd, skew, path: Path::Fast })
+        Some(Score { score, z, mean, std: sd, scale: sd, skew, path: Path::Fast })
     }
 
     /// The serialized form.
@@ -389,6 +570,7 @@ impl Window {
             updates: r.updates,
             run: r.run,
             cn: skew_factor(cap as f64),
+            distinct: Distinct::new(0),
         })
     }
 }
@@ -434,7 +616,8 @@ fn exact(values: impl Iterator<Item = f64> + Clone, n: usize, x: f64) -> Score {
     let sd = m2.sqrt();
     let skew = if m2 > 0.0 { skew_factor(nf) * m3 / (m2 * sd) } else { 0.0 };
     let z = ((x * p - y0) - mean_d).abs() / (sd + STD_GUARD * p);
-    Score { score: z + SKEW_WEIGHT * skew.abs(), z, mean: (y0 + mean_d) / p, std: sd / p, skew, path: Path::Exact }
+    let std = sd / p;
+    Score { score: z + SKEW_WEIGHT * skew.abs(), z, mean: (y0 + mean_d) / p, std, scale: std, skew, path: Path::Exact }
 }
 
 #[cfg(test)]
@@ -475,6 +658,59 @@ mod tests {
             w.push(x);
         }
         assert_eq!(slow, 0, "well-conditioned data never leaves the fast path");
+    }
+
+    /// The distinct-value table against a brute force, on sequences of few and many values, with
+    /// the rebuild from the buffer (newest first) exercised, and after a restore.
+    #[test]
+    fn quantum_matches_a_brute_force() {
+        let mut seed = 11;
+        for (k, cap, values) in [(4usize, 20usize, 3u64), (4, 20, 6), (1, 5, 2), (2, 8, 3), (16, 30, 12), (3, 3, 5)] {
+            let mut w = Window::new(cap).with_distinct(k);
+            let mut rebuilt = 0;
+            for i in 0..5000 {
+                // Runs of one value, and stretches of few or many values.
+                let phase = (i / 97) % 3;
+                let x = match phase {
+                    0 => 0.5 * (lcg(&mut seed) * values as f64).floor(),
+                    1 => 2.0,
+                    _ => lcg(&mut seed),
+                };
+                w.push(x);
+                let mut d: Vec<f64> = w.values().collect();
+                d.sort_by(f64::total_cmp);
+                d.dedup();
+                let want = match d.len() {
+                    n if n > k => None,
+                    1 => Some(Quantum::Constant(d[0])),
+                    _ => Some(Quantum::Step(d.windows(2).map(|p| p[1] - p[0]).fold(f64::INFINITY, f64::min))),
+                };
+                assert_eq!(w.quantum(), want, "k {k}, cap {cap}, point {i}");
+                if i % 301 == 0 {
+                    w = Window::from_repr(cap, w.to_repr()).unwrap().with_distinct(k);
+                    rebuilt += 1;
+                    assert_eq!(w.quantum(), want, "after a restore");
+                }
+            }
+            assert!(rebuilt > 0);
+        }
+        assert_eq!(Window::new(3).quantum(), None, "not tracked, empty");
+    }
+
+    #[test]
+    fn floors_rescale_z_and_damp_the_skew() {
+        let s = Score { score: 10.3, z: 10.0, mean: 2.0, std: 0.1, scale: 0.1, skew: 1.0, path: Path::Fast };
+        assert_eq!(s.floored(&Floors::NONE, None), s);
+        let f = Floors { min_std: 0.0, min_relative_std: 0.1, constant_step: 0.5 };
+        let g = s.floored(&f, None);
+        assert_eq!(g.scale, 0.2);
+        assert!((g.z - 10.0 * (0.1 + STD_GUARD) / (0.2 + STD_GUARD)).abs() < 1e-12);
+        assert!((g.score - (g.z + 0.3 * 0.125)).abs() < 1e-12, "skew term · (0.1/0.2)³");
+        assert_eq!((g.std, g.skew, g.mean), (0.1, 1.0, 2.0), "the window's own moments are kept");
+        assert_eq!(s.floored(&f, Some(Quantum::Step(6.0))).scale, 6.0 / SQRT_12);
+        assert_eq!(s.floored(&f, Some(Quantum::Constant(2.0))).scale, 0.5 * 2.0 / SQRT_12);
+        assert_eq!(s.floored(&Floors { min_std: 0.05, ..Floors::NONE }, None), s, "a floor below std");
+        assert_eq!(s.floored(&Floors { min_std: 1.0, ..Floors::NONE }, Some(Quantum::Step(f64::INFINITY))).scale, 1.0);
     }
 
     #[test]
