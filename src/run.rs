@@ -28,10 +28,19 @@ pub(crate) fn report(errors: &[ConfigError]) {
     }
 }
 
+/// The configuration's warnings (valid settings that cannot do what they seem to).
+pub(crate) fn warnings(cfg: &Config) -> Vec<ConfigError> {
+    config::warnings(cfg, &registry())
+}
+
 /// `inferwatch validate`.
 pub fn validate(paths: &[PathBuf]) -> ExitCode {
     match load_checked(paths) {
         Ok(cfg) => {
+            // Warnings do not make the configuration invalid: the exit code stays 0.
+            for w in warnings(&cfg) {
+                eprintln!("warning: {w}");
+            }
             let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
             println!(
                 "configuration is valid: {} ({} pipelines, {} receivers, {} processors, {} exporters, {} connectors, {} extensions)",
@@ -70,6 +79,9 @@ pub fn run(paths: &[PathBuf], log_level: Option<&str>) -> ExitCode {
         }
     };
     crate::cli::init_logging(log_level.or(cfg.service.telemetry.logs_level.as_deref()));
+    for w in warnings(&cfg) {
+        tracing::warn!("configuration: {w}");
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("inferwatch").build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -249,6 +249,11 @@ pub trait ProcessorFactory: Send + Sync {
     fn signals(&self) -> &'static [Signal];
     /// Checks the settings without building anything.
     fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError>;
+    /// Valid settings that cannot do what they seem to, located by path: `validate` and start-up
+    /// print them without failing (default: none).
+    fn warnings(&self, _cfg: &serde_json::Value) -> Vec<FieldError> {
+        Vec::new()
+    }
     /// Builds one processor instance for one pipeline, feeding `next`.
     fn create(
         &self,
@@ -272,6 +277,11 @@ pub trait ExporterFactory: Send + Sync {
     fn signals(&self) -> &'static [Signal];
     /// Checks the settings without building anything.
     fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError>;
+    /// Valid settings that cannot do what they seem to, located by path: `validate` and start-up
+    /// print them without failing (default: none).
+    fn warnings(&self, _cfg: &serde_json::Value) -> Vec<FieldError> {
+        Vec::new()
+    }
     /// Builds one exporter instance for one signal (shared by all pipelines of that signal).
     fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError>;
 }
@@ -284,6 +294,11 @@ pub trait ConnectorFactory: Send + Sync {
     fn signal_pairs(&self) -> &'static [(Signal, Signal)];
     /// Checks the settings without building anything.
     fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError>;
+    /// Valid settings that cannot do what they seem to, located by path: `validate` and start-up
+    /// print them without failing (default: none).
+    fn warnings(&self, _cfg: &serde_json::Value) -> Vec<FieldError> {
+        Vec::new()
+    }
     /// Builds one instance that takes `from` data and feeds `next` with `to` data.
     fn create(
         &self,

@@ -1,12 +1,15 @@
 //! The `alertmanager` exporter (logs): sends the `llm.degradation.alert` log records of the
 //! `alerts` connector to Prometheus Alertmanager, API v2 (`POST /api/v2/alerts`).
 //!
-//! - Each alert record becomes one Alertmanager alert: labels `alertname="LLMDegradation"`,
-//!   `severity`, `detector`, `metric`, `model` / `version` / `instance` (from
-//!   `gen_ai.request.model`, `service.version`, `service.instance.id`) and any other group
-//!   attribute (name sanitised); annotations `summary` (the record's body), `description`,
-//!   `alert_id` and the `evidence_*` values; `startsAt` from `alert.starts_at`; `endsAt` the
-//!   resolution time for resolved alerts, `now + 3 × repeat` for firing ones; `generatorURL`.
+//! - Each alert record becomes one Alertmanager alert: labels `alertname` (the record's, e.g.
+//!   `LLMSloBurnRate`; `LLMDegradation` when absent), `severity`, `detector`, `metric`, `slo`,
+//!   `model` / `version` / `instance` (from `gen_ai.request.model`, `service.version`,
+//!   `service.instance.id`) and any other group attribute (name sanitised); annotations
+//!   `summary` (`alert.summary`, else the body), `description`, `alert_id`, `value`,
+//!   `baseline`, `threshold`, `eta`, `eta_low`, `eta_high`, the links (`alert.X_url` → `X_url`),
+//!   Kubernetes context (`k8s.pod.name` → `pod`, ...) and the `evidence_*` values; `startsAt`
+//!   from `alert.starts_at`; `endsAt` the resolution time for resolved alerts, `now + 3 ×
+//!   repeat` for firing ones; `generatorURL`.
 //! - Firing alerts are re-sent every `repeat` (wall clock) so Alertmanager does not time them
 //!   out; an escalation (warning → critical changes the `severity` label, hence the
 //!   Alertmanager alert) resolves the warning alert.
@@ -42,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Event name of the alert records this exporter reads.
 pub const EVENT_NAME: &str = "llm.degradation.alert";
-/// The `alertname` label of every alert.
+/// The `alertname` label of a record without an `alertname` attribute.
 pub const ALERT_NAME: &str = "LLMDegradation";
 /// Firing alerts remembered for re-sending at most.
 pub const MAX_ACTIVE: usize = 10_000;
@@ -270,8 +273,9 @@ pub fn to_alert(r: &LogRecord, now: SystemTime, render: &Render) -> Option<Value
     }
     let state = attr_string(r, "alert.state").unwrap_or_default();
     let severity = attr_string(r, "alert.severity").unwrap_or_else(|| "warning".into());
+    let alertname = attr_string(r, "alertname").filter(|n| !n.is_empty()).unwrap_or_else(|| ALERT_NAME.into());
     let mut labels = Map::new();
-    labels.insert("alertname".into(), ALERT_NAME.into());
+    labels.insert("alertname".into(), alertname.clone().into());
     labels.insert("severity".into(), severity.clone().into());
     let mut annotations = Map::new();
     for kv in &r.attributes {
@@ -281,7 +285,24 @@ pub fn to_alert(r: &LogRecord, now: SystemTime, render: &Render) -> Option<Value
             annotations.insert(label_name(&format!("evidence_{e}")), v.into());
             continue;
         }
-        if k == "event.name" || k.starts_with("alert.") || v.is_empty() {
+        if let Some(a) = k.strip_prefix("alert.") {
+            let name = match a {
+                "value" | "baseline" | "threshold" | "eta" | "eta_low" | "eta_high" => Some(a),
+                url if url.ends_with("_url") => Some(url),
+                _ => None,
+            };
+            if let Some(n) = name.filter(|_| !v.is_empty()) {
+                annotations.insert(label_name(n), v.into());
+            }
+            continue;
+        }
+        if k == "event.name" || k == "alertname" || v.is_empty() {
+            continue;
+        }
+        // Kubernetes context (a pod changes on every restart) is not part of the alert's identity.
+        if let Some(rest) = k.strip_prefix("k8s.") {
+            let name = rest.strip_suffix(".name").filter(|n| !n.contains('.')).unwrap_or(rest);
+            annotations.entry(label_name(name)).or_insert(v.into());
             continue;
         }
         let name = match k {
@@ -292,9 +313,12 @@ pub fn to_alert(r: &LogRecord, now: SystemTime, render: &Render) -> Option<Value
         };
         labels.entry(name).or_insert(v.into());
     }
-    let summary = match r.body.as_ref().and_then(value_string) {
-        Some(b) => b,
-        None => format!("{ALERT_NAME} {severity} {state}"),
+    let summary = match attr_string(r, "alert.summary").filter(|s| !s.is_empty()) {
+        Some(s) => s,
+        None => match r.body.as_ref().and_then(value_string) {
+            Some(b) => b,
+            None => format!("{alertname} {severity} {state}"),
+        },
     };
     annotations.insert("summary".into(), summary.into());
     annotations.insert("description".into(), description(r, &state, &severity).into());

@@ -13,10 +13,11 @@ use std::time::Instant;
 /// `factory`, disabled when its settings' `endpoint` is present and empty.
 pub struct UnlessNoEndpoint<F>(pub F);
 
-/// Whether the settings name an endpoint that is present and empty (blank).
+/// Whether the settings name an endpoint that is present and empty (blank or null).
 /// otlphttp's per-signal URLs (`traces_endpoint`, …) keep it enabled.
 fn no_endpoint(cfg: &serde_json::Value) -> bool {
-    let blank = |k: &str| cfg.get(k).and_then(|v| v.as_str()).is_some_and(|s| s.trim().is_empty());
+    // `endpoint: ${env:X:-}` with X unset is YAML's empty value: null.
+    let blank = |k: &str| cfg.get(k).is_some_and(|v| v.is_null() || v.as_str().is_some_and(|s| s.trim().is_empty()));
     let set = |k: &str| cfg.get(k).and_then(|v| v.as_str()).is_some_and(|s| !s.trim().is_empty());
     blank("endpoint") && !["traces_endpoint", "metrics_endpoint", "logs_endpoint"].iter().any(|k| set(k))
 }
@@ -65,5 +66,24 @@ impl<F: ExporterFactory> ExporterFactory for UnlessNoEndpoint<F> {
             return Ok(Arc::new(Disabled));
         }
         self.0.create(ctx, cfg, signal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_empty_or_null_endpoint_disables_and_a_typo_is_still_an_error() {
+        assert!(no_endpoint(&json!({"endpoint": ""})) && no_endpoint(&json!({"endpoint": null})));
+        assert!(no_endpoint(&json!({"endpoint": "  ", "tls": {"insecure": true}})));
+        assert!(!no_endpoint(&json!({})), "no endpoint key: the exporter's own default or error");
+        assert!(!no_endpoint(&json!({"endpoint": "http://am:9093"})));
+        assert!(!no_endpoint(&json!({"endpoint": "", "logs_endpoint": "http://c:4318/v1/logs"})));
+        let f = UnlessNoEndpoint(crate::AlertmanagerExporterFactory);
+        assert!(f.validate(&json!({"endpoint": null})).is_ok());
+        let e = f.validate(&json!({"endpoint": null, "timeuot": "5s"})).unwrap_err();
+        assert_eq!(e.path, vec![inferwatch_core::component::PathSeg::Key("timeuot".into())]);
     }
 }

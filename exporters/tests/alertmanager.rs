@@ -155,10 +155,10 @@ fn expected(severity: &str, starts_at: u64, level: f64) -> Value {
             "model": "llama-3-8b",
             "version": "v2",
             "instance": "gpu-0",
-            "k8s_pod_name": "pod-1",
         },
         "annotations": {
             "summary": format!("FIRING {severity}: zscore_skew"),
+            "pod": "pod-1",
             "description": format!(
                 "Detector zscore_skew on llm.ttft.p95: anomaly level {level} reached the {severity} threshold 0.8 (score 4.5)."),
             "alert_id": "a1",
@@ -221,6 +221,44 @@ async fn firing_and_resolved_alerts_are_posted_as_api_v2_json() {
             && l.ends_with(" 1")),
         "{text}"
     );
+}
+
+#[test]
+fn the_connectors_names_summary_facts_and_links_become_labels_and_annotations() {
+    use inferwatch_exporters::alertmanager::{Render, to_alert};
+    let mut r = alert("b2", "firing", "warning", T0, T0, 0.7);
+    r.attributes
+        .splice(6..6, [s("alertname", "LLMBreachForecast"), s("slo", "tpot-fast"), s("k8s.namespace.name", "serving")]);
+    r.attributes.extend([
+        s("alert.summary", "TPOT p95 of llama-3-8b on gpu-0 is rising 0.4 ms/day; SLO tpot-fast (70 ms) breached in about 16 days (12–21)"),
+        f("alert.value", 0.064),
+        f("alert.threshold", 0.07),
+        f("alert.eta", 1_382_400.0),
+        f("alert.eta_low", 1_036_800.0),
+        f("alert.eta_high", 1_814_400.0),
+        s("alert.dashboard_url", "http://grafana/d/iw?var-model=llama-3-8b"),
+        s("alert.runbook_url", "https://runbooks/LLMBreachForecast"),
+    ]);
+    let render = Render { generator_url: "http://g/".into(), ends_in: None };
+    let a = to_alert(&r, SystemTime::now(), &render).unwrap();
+    assert_eq!(
+        a["labels"],
+        json!({"alertname": "LLMBreachForecast", "severity": "warning", "detector": "zscore_skew",
+               "metric": "llm.ttft.p95", "slo": "tpot-fast", "model": "llama-3-8b", "version": "v2",
+               "instance": "gpu-0"})
+    );
+    let ann = &a["annotations"];
+    assert!(ann["summary"].as_str().unwrap().starts_with("TPOT p95 of llama-3-8b on gpu-0 is rising"), "{ann}");
+    assert_eq!(ann["pod"], "pod-1");
+    assert_eq!(ann["namespace"], "serving");
+    assert_eq!(ann["value"], "0.064");
+    assert_eq!(ann["threshold"], "0.07");
+    assert_eq!(ann["eta"], "1382400");
+    assert_eq!(ann["eta_low"], "1036800");
+    assert_eq!(ann["eta_high"], "1814400");
+    assert_eq!(ann["dashboard_url"], "http://grafana/d/iw?var-model=llama-3-8b");
+    assert_eq!(ann["runbook_url"], "https://runbooks/LLMBreachForecast");
+    assert!(ann.get("summary_url").is_none() && ann.get("alert_summary").is_none(), "{ann}");
 }
 
 #[tokio::test]

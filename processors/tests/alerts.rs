@@ -80,6 +80,15 @@ fn rig(cfg: serde_json::Value) -> Rig {
     rig_with(cfg, Host::new())
 }
 
+/// A rig with `for: 0s` and `resolve_after: 0s` unless `cfg` sets them (the life-cycle tests
+/// that predate the 2m defaults).
+fn rig0(mut cfg: serde_json::Value) -> Rig {
+    let m = cfg.as_object_mut().expect("an object");
+    m.entry("for").or_insert(json!("0s"));
+    m.entry("resolve_after").or_insert(json!("0s"));
+    rig(cfg)
+}
+
 fn resource(instance: &str) -> Resource {
     Resource {
         attributes: vec![
@@ -113,7 +122,12 @@ fn lv(t_s: u64, level: f64) -> Lv {
         t_s,
         level,
         score: level * 10.0,
-        extra: vec![kv_i64("window", 50), kv_f64("mean", 0.25), kv_f64("std", 0.01)],
+        extra: vec![
+            kv_i64("window", 50),
+            kv_f64("zscore.mean", 0.25),
+            kv_f64("zscore.std", 0.01),
+            kv_f64("value", 0.31),
+        ],
     }
 }
 
@@ -193,7 +207,8 @@ async fn pending_fires_after_for_then_resolves_after_resolve_after() {
 
 #[tokio::test]
 async fn firing_record_fields_and_evidence() {
-    let r = rig(json!({}));
+    let r = rig0(json!({"links": {"dashboard": "http://grafana/d/iw?var-model={{model}}&i={{instance}}",
+        "runbook": "https://runbooks/{{alertname}}#{{severity}}"}}));
     let mut p = lv(5, 0.85);
     p.score = 7.25;
     feed(&r, &[lv(0, 0.1), p]).await;
@@ -217,19 +232,35 @@ async fn firing_record_fields_and_evidence() {
             "alert.id",
             "alert.starts_at",
             "alert.transition",
+            "alertname",
             "detector",
             "metric",
             "gen_ai.request.model",
             "service.version",
             "service.instance.id",
+            "alert.summary",
+            "alert.value",
+            "alert.baseline",
+            "alert.dashboard_url",
+            "alert.runbook_url",
             "evidence.level",
             "evidence.score",
             "evidence.threshold",
             "evidence.gpu",
             "evidence.window",
-            "evidence.mean",
-            "evidence.std",
+            "evidence.zscore.mean",
+            "evidence.zscore.std",
+            "evidence.value",
         ]
+    );
+    assert_eq!(s_attr(rec, "alertname"), "LLMLatencyAnomaly");
+    assert_eq!(f_attr(rec, "alert.value"), 0.31);
+    assert_eq!(f_attr(rec, "alert.baseline"), 0.25);
+    assert_eq!(s_attr(rec, "alert.dashboard_url"), "http://grafana/d/iw?var-model=llama-3-8b&i=gpu-0");
+    assert_eq!(s_attr(rec, "alert.runbook_url"), "https://runbooks/LLMLatencyAnomaly#critical");
+    assert_eq!(
+        s_attr(rec, "alert.summary"),
+        "TTFT p95 of llama-3-8b on gpu-0 is 310 ms against a baseline of 250 ms (critical)"
     );
     assert_eq!(s_attr(rec, "event.name"), "llm.degradation.alert");
     assert_eq!(s_attr(rec, "detector"), "zscore_skew");
@@ -243,15 +274,15 @@ async fn firing_record_fields_and_evidence() {
     assert_eq!(f_attr(rec, "evidence.score"), 7.25);
     assert_eq!(f_attr(rec, "evidence.threshold"), 0.8);
     assert_eq!(i_attr(rec, "evidence.window"), 50);
-    assert_eq!(f_attr(rec, "evidence.std"), 0.01);
+    assert_eq!(f_attr(rec, "evidence.zscore.std"), 0.01);
     let id = s_attr(rec, "alert.id");
     assert_eq!(id.len(), 16);
     assert!(id.chars().all(|c| c.is_ascii_hexdigit()));
     let Some(any_value::Value::StringValue(body)) = rec.body.clone().and_then(|b| b.value) else { panic!("body") };
     assert_eq!(
         body,
-        "FIRING critical: zscore_skew on llm.ttft.p95 (gen_ai.request.model=llama-3-8b, service.version=v2, \
-         service.instance.id=gpu-0): level 0.850 >= 0.8"
+        "FIRING critical LLMLatencyAnomaly: TTFT p95 of llama-3-8b on gpu-0 is 310 ms against a baseline of 250 ms \
+         (critical)"
     );
 
     // The resolved record: INFO, same id and starts_at, the warning threshold as evidence.
@@ -265,11 +296,15 @@ async fn firing_record_fields_and_evidence() {
     assert_eq!(i_attr(rec, "alert.starts_at"), (T0 + 5 * S) as i64);
     assert_eq!(f_attr(rec, "evidence.threshold"), 0.6);
     assert_eq!(rec.time_unix_nano, T0 + 9 * S);
+    assert_eq!(
+        s_attr(rec, "alert.summary"),
+        "TTFT p95 of llama-3-8b on gpu-0 is back to normal at 310 ms (zscore_skew level 0.2 < 0.6)"
+    );
 }
 
 #[tokio::test]
 async fn escalation_dedup_and_repeat_on_event_time() {
-    let r = rig(json!({"repeat_interval": "1m"}));
+    let r = rig0(json!({"repeat_interval": "1m"}));
     let series: Vec<Lv> = [(0, 0.65), (10, 0.7), (30, 0.75), (59, 0.7), (60, 0.7), (61, 0.7), (90, 0.9), (100, 0.95)]
         .iter()
         .map(|&(t, l)| lv(t, l))
@@ -288,7 +323,7 @@ async fn escalation_dedup_and_repeat_on_event_time() {
     assert_eq!(got, vec![ev(150, "firing", "critical", "repeat"), ev(151, "resolved", "critical", "resolve")]);
     // Warn / error severity numbers follow the severity.
     let recs = {
-        let r2 = rig(json!({}));
+        let r2 = rig0(json!({}));
         feed(&r2, &[lv(0, 0.7)]).await;
         feed(&r2, &[lv(1, 0.9)]).await;
         r2.out.take()
@@ -299,7 +334,7 @@ async fn escalation_dedup_and_repeat_on_event_time() {
 
 #[tokio::test]
 async fn points_in_one_payload_are_taken_in_event_time_order() {
-    let r = rig(json!({"for": "10s"}));
+    let r = rig0(json!({"for": "10s"}));
     // Out of order inside one request: sorted before the life cycle runs.
     feed(&r, &[lv(10, 0.7), lv(0, 0.7), lv(20, 0.1), lv(15, 0.7)]).await;
     let got: Vec<_> = r.out.take().iter().map(|(_, rec)| summary(rec)).collect();
@@ -314,7 +349,7 @@ async fn points_in_one_payload_are_taken_in_event_time_order() {
 
 #[tokio::test]
 async fn per_detector_thresholds() {
-    let r = rig(json!({"per_detector": {"kv_pressure": {"warning": 0.3, "critical": 0.5}}}));
+    let r = rig0(json!({"per_detector": {"kv_pressure": {"warning": 0.3, "critical": 0.5}}}));
     let mut kv = lv(0, 0.4);
     kv.detector = "kv_pressure";
     kv.metric = "llm.kv.usage";
@@ -332,7 +367,7 @@ async fn per_detector_thresholds() {
     assert_eq!(s_attr(&recs[0].1, "alert.transition"), "escalate");
     assert_eq!(f_attr(&recs[0].1, "evidence.threshold"), 0.5);
     // Only warning given: critical defaults to the connector's.
-    let r = rig(json!({"per_detector": {"delta_ab": {"warning": 0.5}}}));
+    let r = rig0(json!({"per_detector": {"delta_ab": {"warning": 0.5}}}));
     let mut d = lv(0, 0.79);
     d.detector = "delta_ab";
     feed(&r, &[d]).await;
@@ -342,7 +377,7 @@ async fn per_detector_thresholds() {
 
 #[tokio::test]
 async fn grouping_by_model_version_instance_and_detector() {
-    let r = rig(json!({}));
+    let r = rig0(json!({}));
     let a = lv(0, 0.9);
     let mut b = lv(0, 0.9);
     b.model = "mistral-7b";
@@ -362,7 +397,7 @@ async fn grouping_by_model_version_instance_and_detector() {
     assert!(r.out.take().is_empty());
 
     // group_by narrowed to the model only: instances share one alert.
-    let r = rig(json!({"group_by": ["gen_ai.request.model"]}));
+    let r = rig0(json!({"group_by": ["gen_ai.request.model"]}));
     let mut c = lv(0, 0.9);
     c.instance = "gpu-1";
     feed(&r, &[lv(0, 0.9), c]).await;
@@ -374,7 +409,7 @@ async fn grouping_by_model_version_instance_and_detector() {
 
 #[tokio::test]
 async fn breach_eta_and_score_are_joined_by_identity_and_time() {
-    let r = rig(json!({}));
+    let r = rig0(json!({}));
     let mut req = request(&[lv(0, 0.95)]);
     let mut o = Output::new();
     o.push(Point {
@@ -438,7 +473,7 @@ async fn unidentified_points_and_other_metrics_are_ignored() {
 
 #[tokio::test]
 async fn cap_evicts_and_reports_firing_alerts_resolved() {
-    let r = rig(json!({"max_alerts": 2}));
+    let r = rig0(json!({"max_alerts": 2}));
     let mut a = lv(0, 0.9);
     a.model = "a";
     let mut b = lv(1, 0.9);
@@ -464,7 +499,7 @@ async fn cap_evicts_and_reports_firing_alerts_resolved() {
 
 #[tokio::test]
 async fn refusals_downstream_are_retried() {
-    let r = rig(json!({}));
+    let r = rig0(json!({}));
     r.out.refuse.store(2, Ordering::SeqCst);
     feed(&r, &[lv(0, 0.9)]).await;
     assert_eq!(r.out.take().len(), 1);
@@ -474,7 +509,7 @@ async fn refusals_downstream_are_retried() {
 async fn state_survives_checkpoint_and_restore() {
     let dir = std::env::temp_dir().join(format!("iw-alerts-ckpt-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let cfg = json!({"for": "10s", "repeat_interval": "1m"});
+    let cfg = json!({"for": "10s", "resolve_after": "0s", "repeat_interval": "1m"});
     {
         let host = Host::new();
         let r = rig_with(cfg.clone(), host.clone());
@@ -521,6 +556,20 @@ fn bad_settings_point_at_the_field() {
         (json!({"per_detector": {"z": {"critical": 0.5}}}), vec!["per_detector", "z", "critical"]),
         (json!({"per_detector": {"z": {"bogus": 1}}}), vec!["per_detector", "z", "bogus"]),
         (json!({"unknown": 1}), vec!["unknown"]),
+        (json!({"resolve_below": 0.7}), vec!["resolve_below"]),
+        (json!({"resolve_below": -0.1}), vec!["resolve_below"]),
+        (
+            json!({"per_detector": {"z": {"warning": 0.5, "resolve_below": 0.55}}}),
+            vec!["per_detector", "z", "resolve_below"],
+        ),
+        (json!({"per_detector": {"z": {"alertname": "bad name"}}}), vec!["per_detector", "z", "alertname"]),
+        (
+            json!({"per_detector": {"trend_forecast": {"resolve_after": "x"}}}),
+            vec!["per_detector", "trend_forecast", "resolve_after"],
+        ),
+        (json!({"links": {"dashboard": "http://g/{{model"}}), vec!["links", "dashboard"]),
+        (json!({"links": {"dash-board": "http://g/"}}), vec!["links", "dash-board"]),
+        (json!({"context": [""]}), vec!["context"]),
     ];
     for (v, path) in cases {
         let e = AlertsConfig::from_value(&v).expect_err(&v.to_string());
@@ -531,7 +580,31 @@ fn bad_settings_point_at_the_field() {
     assert_eq!(c.thresholds.critical, 0.8);
     assert_eq!(c.params.repeat_ns, 300 * S);
     assert_eq!(c.params.max_alerts, 10_000);
-    assert_eq!(c.group_by, vec!["gen_ai.request.model", "service.version", "service.instance.id", "detector"]);
+    assert_eq!(c.group_by, vec!["gen_ai.request.model", "service.version", "service.instance.id", "detector", "slo"]);
+    assert_eq!(c.context, vec!["k8s.pod.name", "k8s.namespace.name"]);
+    // Safe defaults: for 2m, resolve_after 2m, stale_after 5m, resolve_below = warning.
+    assert_eq!(c.params.for_ns, 120 * S);
+    assert_eq!(c.params.resolve_after_ns, 120 * S);
+    assert_eq!(c.params.stale_ns, 300 * S);
+    assert_eq!(c.thresholds.resolve_below, 0.6);
+    // Built-in per-detector defaults.
+    let tf = c.thresholds_of("trend_forecast");
+    assert_eq!((tf.for_ns, tf.stale_ns), (Some(0), Some(3 * 3600 * S)));
+    assert_eq!(c.thresholds_of("delta_ab").for_ns, Some(0));
+    assert_eq!(c.thresholds_of("slo_burn").for_ns, Some(0));
+    assert_eq!(c.thresholds_of("zscore_skew").for_ns, None);
+    // A per_detector block overrides the built-ins key by key only.
+    let c = AlertsConfig::from_value(&json!({"for": "5m", "resolve_below": 0.5,
+        "per_detector": {"trend_forecast": {"warning": 0.4}, "kv_pressure": {"warning": 0.8, "critical": 0.9}}}))
+    .unwrap();
+    let tf = c.thresholds_of("trend_forecast");
+    assert_eq!((tf.warning, tf.for_ns, tf.stale_ns), (0.4, Some(0), Some(3 * 3600 * S)));
+    // The connector's resolve_below, at most the detector's warning.
+    assert_eq!(tf.resolve_below, 0.4);
+    assert_eq!(c.thresholds_of("kv_pressure").resolve_below, 0.5);
+    let c =
+        AlertsConfig::from_value(&json!({"per_detector": {"kv_pressure": {"warning": 0.8, "critical": 0.9}}})).unwrap();
+    assert_eq!(c.thresholds_of("kv_pressure").resolve_below, 0.8, "defaults to the detector's own warning");
 }
 
 #[test]
@@ -540,4 +613,279 @@ fn factory_connects_metrics_to_logs_only() {
     let ctx = CreateContext::new(ComponentId::parse("alerts").unwrap(), Arc::new(Telemetry::new()));
     let e = AlertsFactory.create(ctx, &json!({}), Signal::Logs, Signal::Logs, Arc::new(Capture::default()));
     assert!(e.is_err());
+}
+
+fn at(detector: &'static str, metric: &'static str, t_s: u64, level: f64, extra: Vec<KeyValue>) -> Lv {
+    Lv { detector, metric, t_s, level, extra, ..lv(0, 0.0) }
+}
+
+fn transitions(got: &[(u64, String, String, String)], tr: &str) -> usize {
+    got.iter().filter(|g| g.3 == tr).count()
+}
+
+#[tokio::test]
+async fn defaults_wait_two_minutes_before_firing_and_after_quiet() {
+    let r = rig(json!({"repeat_interval": "0s"}));
+    // One-minute points: pending at 0, fires at 120; quiet from 300, resolved at 420.
+    let series: Vec<Lv> = [(0, 0.7), (60, 0.7), (120, 0.7), (180, 0.7), (240, 0.7), (300, 0.1), (360, 0.1), (420, 0.1)]
+        .iter()
+        .map(|&(t, l)| lv(t, l))
+        .collect();
+    let got = run(&r, &series).await;
+    assert_eq!(got, vec![ev(120, "firing", "warning", "fire"), ev(420, "resolved", "warning", "resolve")]);
+    // A one-minute blip never fires.
+    let got = run(&r, &[lv(1000, 0.9), lv(1060, 0.1), lv(1120, 0.9), lv(1180, 0.2)]).await;
+    assert!(got.is_empty(), "{got:?}");
+}
+
+#[tokio::test]
+async fn hourly_trend_forecast_fires_with_a_connector_for_and_no_per_detector() {
+    // The trap: `for: 2m` at the connector, no per_detector block, hourly points.
+    let r = rig(json!({"for": "2m", "repeat_interval": "0s"}));
+    let tf = |t_h: u64, l: f64| at("trend_forecast", "llm.tpot.p95", t_h * 3600, l, vec![]);
+    let got = run(&r, &[tf(0, 0.3), tf(1, 0.7), tf(2, 0.75), tf(3, 0.9)]).await;
+    assert_eq!(got, vec![ev(3600, "firing", "warning", "fire"), ev(3 * 3600, "firing", "critical", "escalate")]);
+    // The same hourly levels from a detector without built-in defaults never fire: each point
+    // finds the previous one older than stale_after (5m) and restarts the pending `for`.
+    let z = |t_h: u64, l: f64| at("zscore_skew", "llm.tpot.p95", t_h * 3600, l, vec![]);
+    let got = run(&r, &[z(0, 0.7), z(1, 0.7), z(2, 0.75), z(3, 0.9)]).await;
+    assert!(got.is_empty(), "{got:?}");
+    // A per_detector block that sets other keys keeps the built-in `for: 0s`.
+    let r = rig(json!({"for": "10m", "per_detector": {"trend_forecast": {"warning": 0.5}}}));
+    let got = run(&r, &[tf(0, 0.55)]).await;
+    assert_eq!(got, vec![ev(0, "firing", "warning", "fire")]);
+    // Setting trend_forecast's `for` explicitly is obeyed (its stale_after is 3h, so hourly
+    // points do build it up).
+    let r = rig(json!({"per_detector": {"trend_forecast": {"for": "1h"}}}));
+    let got = run(&r, &[tf(0, 0.7), tf(1, 0.7)]).await;
+    assert_eq!(got, vec![ev(3600, "firing", "warning", "fire")]);
+}
+
+#[tokio::test]
+async fn delta_ab_and_slo_burn_fire_on_their_first_point() {
+    let r = rig(json!({}));
+    let got = run(&r, &[at("delta_ab", "llm.ttft.p95", 0, 0.9, vec![])]).await;
+    assert_eq!(got, vec![ev(0, "firing", "critical", "fire")]);
+    let got = run(&r, &[at("slo_burn", "llm.tpot.p95", 0, 0.7, vec![kv_str("slo", "tpot")])]).await;
+    assert_eq!(got, vec![ev(0, "firing", "warning", "fire")]);
+}
+
+/// 0.65 for two minutes (fires at 120), then just below / just above warning every minute until
+/// 1800, then quiet.
+fn hovering() -> Vec<Lv> {
+    let mut v: Vec<Lv> = [0, 60, 120].iter().map(|&t| lv(t, 0.65)).collect();
+    v.extend((0..28).map(|k| lv(180 + 60 * k, if k % 2 == 0 { 0.59 } else { 0.61 })));
+    v.extend([1860, 1920, 1980].iter().map(|&t| lv(t, 0.3)));
+    v
+}
+
+#[tokio::test]
+async fn a_level_hovering_at_warning_fires_once_and_resolves_after_a_quiet_run() {
+    let r = rig(json!({"repeat_interval": "0s"}));
+    let got = run(&r, &hovering()).await;
+    // Last 0.61 at 1800; the quiet run from 1860 lasts resolve_after (2m) at 1980.
+    assert_eq!(got, vec![ev(120, "firing", "warning", "fire"), ev(1980, "resolved", "warning", "resolve")]);
+    // With the default repeat_interval the alert repeats but still fires once.
+    let r = rig(json!({}));
+    let got = run(&r, &hovering()).await;
+    assert_eq!(transitions(&got, "fire"), 1, "{got:?}");
+    assert_eq!(transitions(&got, "resolve"), 1, "{got:?}");
+    // Without hysteresis (the old defaults) the same level flaps: a fire every other minute.
+    let r = rig(json!({"for": "0s", "resolve_after": "0s", "repeat_interval": "0s"}));
+    let got = run(&r, &hovering()).await;
+    assert_eq!(transitions(&got, "fire"), 15, "{got:?}");
+}
+
+#[tokio::test]
+async fn resolve_below_keeps_an_alert_firing_in_the_band() {
+    let r = rig(json!({"for": "0s", "resolve_after": "1m", "resolve_below": 0.4, "repeat_interval": "0s"}));
+    let got = run(&r, &[lv(0, 0.7), lv(60, 0.5), lv(120, 0.5), lv(180, 0.45), lv(240, 0.3), lv(300, 0.3)]).await;
+    // 0.5 and 0.45 are below warning but not below 0.4: the quiet run starts at 240.
+    assert_eq!(got, vec![ev(0, "firing", "warning", "fire"), ev(300, "resolved", "warning", "resolve")]);
+    let recs = {
+        feed(&r, &[lv(400, 0.7)]).await;
+        feed(&r, &[lv(401, 0.1)]).await;
+        feed(&r, &[lv(461, 0.1)]).await;
+        r.out.take()
+    };
+    assert_eq!(f_attr(&recs[1].1, "evidence.threshold"), 0.4, "a resolution reports resolve_below");
+}
+
+fn rec_of(r: &Rig) -> LogRecord {
+    let mut recs = r.out.take();
+    assert_eq!(recs.len(), 1, "{:?}", recs.iter().map(|(_, r)| summary(r)).collect::<Vec<_>>());
+    recs.remove(0).1
+}
+
+#[tokio::test]
+async fn each_detector_gets_its_name_and_a_summary_a_person_understands() {
+    let r = rig0(json!({"links": {"dashboard": "http://grafana/d/iw?var-model={{model}}&var-slo={{slo}}"}}));
+    // trend_forecast on an SLO signal: the forecast with its interval.
+    let day = 86_400.0;
+    feed(
+        &r,
+        &[at(
+            "trend_forecast",
+            "llm.tpot.p95",
+            0,
+            0.7,
+            vec![
+                kv_str("slo", "tpot-fast"),
+                kv_f64("threshold", 0.07),
+                kv_f64("value", 0.064),
+                kv_f64("slope_per_day", 0.0004),
+                kv_f64("eta", 16.2 * day),
+                kv_f64("eta_low", 12.4 * day),
+                kv_f64("eta_high", 21.0 * day),
+            ],
+        )],
+    )
+    .await;
+    let rec = rec_of(&r);
+    assert_eq!(s_attr(&rec, "alertname"), "LLMBreachForecast");
+    assert_eq!(s_attr(&rec, "slo"), "tpot-fast", "slo is part of the identity");
+    assert_eq!(
+        s_attr(&rec, "alert.summary"),
+        "TPOT p95 of llama-3-8b on gpu-0 is rising 0.4 ms/day; SLO tpot-fast (70 ms) breached in about 16 days (12–21)"
+    );
+    assert_eq!(f_attr(&rec, "alert.threshold"), 0.07);
+    assert_eq!(f_attr(&rec, "alert.value"), 0.064);
+    assert_eq!(f_attr(&rec, "alert.eta"), 16.2 * day);
+    assert_eq!(f_attr(&rec, "alert.eta_low"), 12.4 * day);
+    assert_eq!(f_attr(&rec, "alert.eta_high"), 21.0 * day);
+    assert_eq!(s_attr(&rec, "alert.dashboard_url"), "http://grafana/d/iw?var-model=llama-3-8b&var-slo=tpot-fast");
+    // The detector's own `threshold` does not duplicate the connector's evidence.threshold.
+    assert_eq!(rec.attributes.iter().filter(|kv| kv.key == "evidence.threshold").count(), 1);
+    assert_eq!(f_attr(&rec, "evidence.threshold"), 0.6);
+
+    // zscore_skew on the queue: value against baseline, in seconds.
+    let mut q = at("zscore_skew", "llm.queue.p99", 0, 0.9, vec![kv_f64("value", 2.1), kv_f64("zscore.mean", 0.1)]);
+    q.model = "llama";
+    q.instance = "127.0.0.1:8000";
+    feed(&r, &[q]).await;
+    let rec = rec_of(&r);
+    assert_eq!(s_attr(&rec, "alertname"), "LLMLatencyAnomaly");
+    assert_eq!(
+        s_attr(&rec, "alert.summary"),
+        "queue p99 of llama on 127.0.0.1:8000 is 2.1 s against a baseline of 100 ms (critical)"
+    );
+
+    // kv_pressure: the flagged inputs.
+    let kv = at(
+        "kv_pressure",
+        "llm.kv_cache.usage",
+        0,
+        0.7,
+        vec![
+            kv_f64("kv_pressure.usage", 0.97),
+            kv_f64("kv_pressure.queue_p99_s", 2.1),
+            kv_f64("kv_pressure.hit_rate", 0.9),
+            kv_str("kv_pressure.flags", "usage_high,queue_blocking"),
+        ],
+    );
+    feed(&r, &[kv]).await;
+    let rec = rec_of(&r);
+    assert_eq!(s_attr(&rec, "alertname"), "LLMKvCachePressure");
+    assert_eq!(
+        s_attr(&rec, "alert.summary"),
+        "KV cache of llama-3-8b on gpu-0 is under pressure: usage 97%, queue p99 2.1 s (warning)"
+    );
+
+    // delta_ab: candidate against baseline version, threshold in the signal's unit.
+    let d = at(
+        "delta_ab",
+        "llm.ttft.p95",
+        0,
+        0.9,
+        vec![
+            kv_str("delta_ab.baseline", "v1"),
+            kv_str("delta_ab.candidate", "v2"),
+            kv_str("delta_ab.kind", "latency"),
+            kv_f64("delta_ab.value_baseline", 0.25),
+            kv_f64("delta_ab.value_candidate", 0.295),
+            kv_f64("delta_ab.delta_rel", 0.18),
+            kv_f64("delta_ab.threshold", 5.0),
+        ],
+    );
+    feed(&r, &[d]).await;
+    let rec = rec_of(&r);
+    assert_eq!(s_attr(&rec, "alertname"), "LLMVersionRegression");
+    assert_eq!(
+        s_attr(&rec, "alert.summary"),
+        "TTFT p95 of llama-3-8b on gpu-0: version v2 is at 295 ms against 250 ms for v1 (+18%), beyond 255 ms (critical)"
+    );
+    assert!((f_attr(&rec, "alert.threshold") - 0.255).abs() < 1e-12);
+
+    // slo_burn: the burn rate (score) against the SLO.
+    let mut b = at("slo_burn", "llm.tpot.p95", 0, 1.0, vec![kv_str("slo", "tpot-fast"), kv_f64("slo.threshold", 0.07)]);
+    b.score = 14.4;
+    feed(&r, &[b]).await;
+    let rec = rec_of(&r);
+    assert_eq!(s_attr(&rec, "alertname"), "LLMSloBurnRate");
+    assert_eq!(
+        s_attr(&rec, "alert.summary"),
+        "TPOT p95 of llama-3-8b on gpu-0 burns the error budget of SLO tpot-fast (70 ms) 14.4× as fast as it allows (page)"
+    );
+    assert_eq!(f_attr(&rec, "alert.threshold"), 0.07);
+
+    // An unknown detector: LLMDegradation; per_detector.alertname renames.
+    feed(&r, &[at("custom", "llm.e2e.p95", 0, 0.9, vec![])]).await;
+    assert_eq!(s_attr(&rec_of(&r), "alertname"), "LLMDegradation");
+    let r = rig0(json!({"per_detector": {"custom": {"alertname": "MyAlert"}}}));
+    feed(&r, &[at("custom", "llm.e2e.p95", 0, 0.9, vec![])]).await;
+    assert_eq!(s_attr(&rec_of(&r), "alertname"), "MyAlert");
+}
+
+#[tokio::test]
+async fn the_pod_comes_from_the_point_or_its_resource_without_changing_the_identity() {
+    let r = rig0(json!({"links": {"logs": "http://logs/{{pod}}"}}));
+    let mut req = request(&[lv(0, 0.9)]);
+    req.resource_metrics[0].resource.as_mut().unwrap().attributes.push(kv_str("k8s.pod.name", "vllm-0"));
+    r.node.consume(Payload::Metrics(req)).await.unwrap();
+    let rec = rec_of(&r);
+    assert_eq!(s_attr(&rec, "k8s.pod.name"), "vllm-0");
+    assert_eq!(s_attr(&rec, "alert.logs_url"), "http://logs/vllm-0");
+    let id = s_attr(&rec, "alert.id");
+    // The same alert from another pod (a restart): the same id, no new fire.
+    let mut req = request(&[lv(1, 0.9)]);
+    req.resource_metrics[0].resource.as_mut().unwrap().attributes.push(kv_str("k8s.pod.name", "vllm-0-b"));
+    r.node.consume(Payload::Metrics(req)).await.unwrap();
+    assert!(r.out.take().is_empty());
+    let recs = run(&r, &[lv(2, 0.1)]).await;
+    assert_eq!(recs, vec![ev(2, "resolved", "critical", "resolve")]);
+    let _ = id;
+}
+
+#[test]
+fn warnings_name_the_settings_that_can_never_fire() {
+    use inferwatch_processors::alerts::AlertsConfig;
+    let paths = |v: serde_json::Value| -> Vec<String> {
+        AlertsConfig::warnings_of(&v)
+            .iter()
+            .map(|e| {
+                e.path
+                    .iter()
+                    .map(|s| if let PathSeg::Key(k) = s { k.clone() } else { String::new() })
+                    .collect::<Vec<_>>()
+                    .join(".")
+            })
+            .collect()
+    };
+    assert!(paths(json!({})).is_empty(), "the defaults warn about nothing");
+    assert!(paths(json!({"for": "10m", "stale_after": "1m"})).is_empty(), "trend_forecast keeps its built-ins");
+    assert_eq!(
+        paths(json!({"per_detector": {"trend_forecast": {"for": "2m", "stale_after": "5m"}}})),
+        vec!["per_detector.trend_forecast.for"]
+    );
+    // for > 0 with the built-in 3h stale_after can fire: no warning.
+    assert!(paths(json!({"per_detector": {"trend_forecast": {"for": "2h"}}})).is_empty());
+    assert_eq!(
+        paths(json!({"per_detector": {"trend_forecast": {"for": "1h", "stale_after": "30m"}}})),
+        vec!["per_detector.trend_forecast.for"]
+    );
+    assert_eq!(paths(json!({"per_detector": {"trend-forecast": {"for": "0s"}}})), vec!["per_detector.trend-forecast"]);
+    // Invalid settings are errors, not warnings.
+    assert!(paths(json!({"warning": 2.0})).is_empty());
+    let w = AlertsConfig::warnings_of(&json!({"per_detector": {"trend_forecast": {"for": "2m", "stale_after": "5m"}}}));
+    assert!(w[0].message.contains("never fire"), "{}", w[0].message);
 }

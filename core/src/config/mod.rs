@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use load::{load, load_str, load_with_env};
-pub use validate::validate;
+pub use validate::{validate, warnings};
 
 /// A place in a configuration file (1-based line and column).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,6 +19,34 @@ pub fn validate(c: &Config, r: &Registry) -> Vec<ConfigError> {
     v.errors
 }
 
+/// Valid settings of processors, exporters and connectors that cannot do what they seem to (the
+/// factories' `warnings`), each located at the offending key; they never make a config invalid.
+pub fn warnings(c: &Config, r: &Registry) -> Vec<ConfigError> {
+    let mut out = Vec::new();
+    let mut add = |kind: ComponentKind, comp: &ComponentConfig, found: Vec<FieldError>| {
+        for e in found {
+            let key = format!("{}.{}{}", kind.section(), comp.id, suffix(&e.path));
+            out.push(ConfigError { location: Some(comp.locate(&e.path)), key, message: e.message });
+        }
+    };
+    for comp in c.processors.values() {
+        if let Some(f) = r.processor(&comp.id.type_name) {
+            add(ComponentKind::Processor, comp, f.warnings(&comp.settings));
+        }
+    }
+    for comp in c.exporters.values() {
+        if let Some(f) = r.exporter(&comp.id.type_name) {
+            add(ComponentKind::Exporter, comp, f.warnings(&comp.settings));
+        }
+    }
+    for comp in c.connectors.values() {
+        if let Some(f) = r.connector(&comp.id.type_name) {
+            add(ComponentKind::Connector, comp, f.warnings(&comp.settings));
+        }
+    }
+    out
+}
+
 /// Joins signals for messages: `traces, metrics`.
 fn names(signals: &[Signal]) -> String {
     signals.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")

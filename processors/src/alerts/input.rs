@@ -18,6 +18,8 @@ pub struct LevelPoint {
     pub key: String,
     /// Identity labels: `detector`, `metric`, then the group attributes present (config order).
     pub labels: Vec<(String, String)>,
+    /// Context attributes present (point, else resource), not part of the identity (`k8s.pod.name`).
+    pub context: Vec<(String, String)>,
     /// Event time (ns).
     pub time: u64,
     /// The level.
@@ -101,8 +103,27 @@ fn identity(attrs: &[KeyValue], resource: &Resource, group_by: &[String]) -> Opt
     Some(labels)
 }
 
-/// Reads the level, score and breach-ETA points of `req`, grouping by `group_by`.
-pub fn extract(req: &ExportMetricsServiceRequest, group_by: &[String]) -> Extract {
+/// The `context` attributes of a point found in its attributes, else its resource's, that are
+/// not identity labels already.
+fn context_of(
+    attrs: &[KeyValue],
+    resource: &Resource,
+    labels: &[(String, String)],
+    context: &[String],
+) -> Vec<(String, String)> {
+    context
+        .iter()
+        .filter(|k| !labels.iter().any(|(l, _)| l == *k))
+        .filter_map(|k| {
+            let v = find(attrs, k).or_else(|| find(&resource.attributes, k)).and_then(value_string)?;
+            (!v.is_empty()).then(|| (k.clone(), v))
+        })
+        .collect()
+}
+
+/// Reads the level, score and breach-ETA points of `req`, grouping by `group_by` and copying
+/// the `context` attributes.
+pub fn extract(req: &ExportMetricsServiceRequest, group_by: &[String], context: &[String]) -> Extract {
     let mut out = Extract::default();
     for rm in &req.resource_metrics {
         let resource = Arc::new(rm.resource.clone().unwrap_or_default());
@@ -135,16 +156,18 @@ pub fn extract(req: &ExportMetricsServiceRequest, group_by: &[String]) -> Extrac
                             out.etas.insert((key, time), value);
                         }
                         _ => {
+                            let ctx = context_of(&p.attributes, &resource, &labels, context);
                             let evidence = p
                                 .attributes
                                 .iter()
-                                .filter(|kv| !labels.iter().any(|(k, _)| *k == kv.key))
+                                .filter(|kv| !labels.iter().chain(&ctx).any(|(k, _)| *k == kv.key))
                                 .cloned()
                                 .collect();
                             out.levels.push(LevelPoint {
                                 resource: resource.clone(),
                                 key,
                                 labels,
+                                context: ctx,
                                 time,
                                 level: value,
                                 evidence,

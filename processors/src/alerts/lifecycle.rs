@@ -26,17 +26,21 @@ impl Severity {
     }
 }
 
-/// Warning and critical thresholds on the level (warning ≤ critical).
+/// Thresholds on the level (resolve_below ≤ warning ≤ critical) and the durations of one detector.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Thresholds {
     /// Level at or above which an alert is pending / firing as `warning`.
     pub warning: f64,
     /// Level at or above which it fires as `critical`.
     pub critical: f64,
+    /// Level below which a point of a firing alert counts towards its quiet run (hysteresis).
+    pub resolve_below: f64,
     /// `for` of this detector, when it overrides the connector's (event-time ns).
     pub for_ns: Option<u64>,
     /// `stale_after` of this detector, when it overrides the connector's (event-time ns).
     pub stale_ns: Option<u64>,
+    /// `resolve_after` of this detector, when it overrides the connector's (event-time ns).
+    pub resolve_ns: Option<u64>,
 }
 
 impl Thresholds {
@@ -65,7 +69,7 @@ impl Thresholds {
 pub struct Params {
     /// How long the level must stay at or above warning before the alert fires.
     pub for_ns: u64,
-    /// How long the level must stay below warning before a firing alert resolves.
+    /// How long the level must stay below `resolve_below` before a firing alert resolves.
     pub resolve_after_ns: u64,
     /// Event time between repeated firing records of an unchanged alert (0: never repeat).
     pub repeat_ns: u64,
@@ -92,7 +96,7 @@ pub enum Phase {
         starts_at: u64,
         /// Event time of the last firing record emitted (fire, escalation or repeat).
         last_emit: u64,
-        /// Event time of the first point below warning of the current quiet run, if any.
+        /// Event time of the first point below `resolve_below` of the current quiet run, if any.
         below_since: Option<u64>,
     },
 }
@@ -117,7 +121,7 @@ pub enum Kind {
     Escalate,
     /// Still firing, unchanged, and `repeat_interval` passed since the last record.
     Repeat,
-    /// Below warning for `resolve_after`: resolved.
+    /// Below `resolve_below` for `resolve_after`: resolved.
     Resolve,
     /// Dropped from the state by the cap while firing: reported as resolved.
     Evict,
@@ -176,12 +180,13 @@ pub struct Lifecycle {
     params: Params,
     state: Alerts,
     evicted: u64,
+    stale_restart: Option<u64>,
 }
 
 impl Lifecycle {
     /// An engine with no alerts.
     pub fn new(params: Params) -> Self {
-        Lifecycle { params, state: Alerts::default(), evicted: 0 }
+        Lifecycle { params, state: Alerts::default(), evicted: 0, stale_restart: None }
     }
 
     /// Number of alerts held (pending and firing).
@@ -202,6 +207,12 @@ impl Lifecycle {
     /// Alerts evicted by the cap so far.
     pub fn evicted(&self) -> u64 {
         self.evicted
+    }
+
+    /// The gap (ns) that made the latest [`Lifecycle::observe`] restart a pending alert whose
+    /// `for` is above 0 (its previous point was older than `stale_after`); `None` otherwise.
+    pub fn stale_restart(&self) -> Option<u64> {
+        self.stale_restart
     }
 
     /// The state, for a checkpoint.
@@ -225,6 +236,7 @@ impl Lifecycle {
         level: f64,
         th: Thresholds,
     ) -> (Option<Transition>, Vec<Evicted>) {
+        self.stale_restart = None;
         if level.is_nan() {
             return (None, Vec::new());
         }
@@ -246,15 +258,25 @@ impl Lifecycle {
         if t < alert.last_seen {
             return (None, evicted);
         }
-        let p = Params { for_ns: th.for_ns.unwrap_or(p.for_ns), stale_ns: th.stale_ns.unwrap_or(p.stale_ns), ..p };
+        let p = Params {
+            for_ns: th.for_ns.unwrap_or(p.for_ns),
+            stale_ns: th.stale_ns.unwrap_or(p.stale_ns),
+            resolve_after_ns: th.resolve_ns.unwrap_or(p.resolve_after_ns),
+            ..p
+        };
+        let gap = t.saturating_sub(alert.last_seen);
         if let Phase::Pending { .. } = alert.phase
             && p.stale_ns > 0
-            && t.saturating_sub(alert.last_seen) > p.stale_ns
+            && gap > p.stale_ns
         {
             alert.phase = Phase::Pending { since: t };
+            if p.for_ns > 0 {
+                self.stale_restart = Some(gap);
+            }
         }
         alert.last_seen = t;
-        let (next, out) = step(&alert.phase, p, t, sev);
+        let quiet = level < th.resolve_below;
+        let (next, out) = step(&alert.phase, p, t, sev, quiet);
         match next {
             Some(phase) => alert.phase = phase,
             None => {
@@ -286,7 +308,14 @@ impl Lifecycle {
 }
 
 /// One step of the state machine: the next phase (`None`: forget the alert) and what to emit.
-fn step(phase: &Phase, p: Params, t: u64, sev: Option<Severity>) -> (Option<Phase>, Option<Transition>) {
+/// `sev` is the severity of the level (`None` below warning); `quiet` is true below `resolve_below`.
+fn step(phase: &Phase, p: Params, t: u64, sev: Option<Severity>, quiet: bool) -> (Option<Phase>, Option<Transition>) {
+    // A firing alert between resolve_below and warning stays firing at its severity (hysteresis):
+    // the quiet run restarts and repeats go on.
+    let sev = match (phase, sev) {
+        (Phase::Firing { severity, .. }, None) if !quiet => Some(*severity),
+        _ => sev,
+    };
     match (phase, sev) {
         (Phase::Pending { .. }, None) => (None, None),
         (Phase::Pending { since }, Some(s)) => {
@@ -332,7 +361,8 @@ mod tests {
     use super::*;
 
     const S: u64 = 1_000_000_000;
-    const TH: Thresholds = Thresholds { warning: 0.6, critical: 0.8, for_ns: None, stale_ns: None };
+    const TH: Thresholds =
+        Thresholds { warning: 0.6, critical: 0.8, resolve_below: 0.6, for_ns: None, stale_ns: None, resolve_ns: None };
 
     fn engine(for_s: u64, resolve_s: u64, repeat_s: u64, max: usize) -> Lifecycle {
         Lifecycle::new(Params {
@@ -450,5 +480,51 @@ mod tests {
         assert!(ev.is_empty());
         assert!(e.get("p1").is_none());
         assert_eq!(e.evicted(), 2);
+    }
+
+    #[test]
+    fn a_level_between_resolve_below_and_warning_keeps_a_firing_alert() {
+        let mut e = engine(0, 60, 0, 10);
+        let band = Thresholds { resolve_below: 0.4, ..TH };
+        let got: Vec<_> = [(0u64, 0.7), (60, 0.5), (120, 0.5), (180, 0.3), (200, 0.5), (260, 0.3), (320, 0.3)]
+            .iter()
+            .filter_map(|&(t, l)| e.observe("a", &[], t * S, l, band).0.map(|x| (t, x.kind)))
+            .collect();
+        // 0.5 is below warning but not below resolve_below: no quiet run; 200 restarts it.
+        assert_eq!(got, vec![(0, Kind::Fire), (320, Kind::Resolve)]);
+        // Pending still needs the warning level: 0.5 forgets a pending alert.
+        let mut e = engine(60, 60, 0, 10);
+        let got: Vec<_> = [(0u64, 0.7), (30, 0.5), (60, 0.7)]
+            .iter()
+            .filter_map(|&(t, l)| e.observe("b", &[], t * S, l, band).0.map(|x| (t, x.kind)))
+            .collect();
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn stale_restarts_are_reported_only_when_for_is_above_zero() {
+        let mut e = engine(120, 0, 0, 10);
+        e.params.stale_ns = 300 * S;
+        e.observe("a", &[], 0, 0.9, TH);
+        assert_eq!(e.stale_restart(), None);
+        e.observe("a", &[], 3600 * S, 0.9, TH);
+        assert_eq!(e.stale_restart(), Some(3600 * S));
+        e.observe("a", &[], 3660 * S, 0.9, TH);
+        assert_eq!(e.stale_restart(), None);
+        let zero = Thresholds { for_ns: Some(0), ..TH };
+        e.observe("b", &[], 0, 0.5, zero);
+        e.observe("b", &[], 7200 * S, 0.5, zero);
+        assert_eq!(e.stale_restart(), None);
+    }
+
+    #[test]
+    fn per_detector_resolve_after_overrides_the_connectors() {
+        let mut e = engine(0, 600, 0, 10);
+        let quick = Thresholds { resolve_ns: Some(0), ..TH };
+        let got: Vec<_> = [(0u64, 0.7), (60, 0.1)]
+            .iter()
+            .filter_map(|&(t, l)| e.observe("a", &[], t * S, l, quick).0.map(|x| (t, x.kind)))
+            .collect();
+        assert_eq!(got, vec![(0, Kind::Fire), (60, Kind::Resolve)]);
     }
 }

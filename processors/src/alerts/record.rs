@@ -1,12 +1,12 @@
 //! The alert log records: `llm.degradation.alert` events with state, severity, identity and evidence.
 
+use super::describe::{self, SHORT_NAMES, Subject, Template};
 use super::lifecycle::{Kind, Severity, Thresholds, Transition};
 use crate::detect::{kv_f64, kv_i64, kv_str};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs, SeverityNumber};
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use std::fmt::Write;
 use std::sync::Arc;
 
 /// Event name of every alert record.
@@ -34,47 +34,66 @@ pub struct Alert<'a> {
     pub transition: &'a Transition,
     /// `alert.id`.
     pub id: &'a str,
+    /// `alertname`.
+    pub alertname: &'a str,
     /// Identity labels (detector, metric, group attributes).
     pub labels: &'a [(String, String)],
+    /// Context attributes of the point (`k8s.pod.name`, ...), not part of the identity.
+    pub context: &'a [(String, String)],
     /// Event time of the record.
     pub time: u64,
     /// Thresholds of the alert's detector.
     pub thresholds: Thresholds,
     /// Evidence of the triggering point.
     pub evidence: Option<&'a Evidence>,
+    /// Link templates by name (`dashboard` → attribute `alert.dashboard_url`).
+    pub links: &'a [(String, Template)],
 }
 
-fn identity_text(labels: &[(String, String)]) -> String {
-    let get = |k: &str| labels.iter().find(|(l, _)| l == k).map(|(_, v)| v.as_str()).unwrap_or("?");
-    let mut s = format!("{} on {}", get("detector"), get("metric"));
-    let group: Vec<String> =
-        labels.iter().filter(|(k, _)| k != "detector" && k != "metric").map(|(k, v)| format!("{k}={v}")).collect();
-    if !group.is_empty() {
-        let _ = write!(s, " ({})", group.join(", "));
+impl Alert<'_> {
+    /// Identity and context labels together.
+    fn all_labels(&self) -> Vec<(String, String)> {
+        self.labels.iter().chain(self.context).cloned().collect()
     }
-    s
-}
 
-/// The one-line human summary (the record's body).
-pub fn summary(a: &Alert<'_>) -> String {
-    let t = a.transition;
-    let who = identity_text(a.labels);
-    let level = a.evidence.map(|e| e.level);
-    match t.kind {
-        Kind::Resolve => match level {
-            Some(l) => format!("RESOLVED {}: {who}: level {l:.3} < {}", t.severity.as_str(), a.thresholds.warning),
-            None => format!("RESOLVED {}: {who}", t.severity.as_str()),
-        },
-        Kind::Evict => format!("RESOLVED {}: {who}: dropped from the alert state (max_alerts)", t.severity.as_str()),
-        Kind::Fire | Kind::Escalate | Kind::Repeat => {
-            let extra = if t.kind == Kind::Escalate { " (escalated)" } else { "" };
-            let th = a.thresholds.of(t.severity);
-            match level {
-                Some(l) => format!("FIRING {}{extra}: {who}: level {l:.3} >= {th}", t.severity.as_str()),
-                None => format!("FIRING {}{extra}: {who}", t.severity.as_str()),
-            }
+    /// The value of template variable `name`.
+    fn var(&self, all: &[(String, String)], name: &str) -> Option<String> {
+        let get = |k: &str| all.iter().find(|(l, _)| l == k).map(|(_, v)| v.clone());
+        match name {
+            "alertname" => Some(self.alertname.to_string()),
+            "severity" => Some(self.transition.severity.as_str().to_string()),
+            "alert_id" | "id" => Some(self.id.to_string()),
+            "state" => Some(if self.transition.kind.resolves() { "resolved" } else { "firing" }.to_string()),
+            _ => match SHORT_NAMES.iter().find(|(s, _)| *s == name) {
+                Some((_, attr)) => get(attr),
+                None => get(name),
+            },
         }
     }
+}
+
+fn subject<'a>(a: &'a Alert<'_>, all: &'a [(String, String)]) -> Subject<'a> {
+    Subject {
+        labels: all,
+        evidence: a.evidence.map(|e| e.attributes.as_slice()),
+        level: a.evidence.map(|e| e.level),
+        score: a.evidence.and_then(|e| e.score),
+        breach_eta: a.evidence.and_then(|e| e.breach_eta),
+    }
+}
+
+/// The one-sentence summary of a record (attribute `alert.summary`).
+pub fn summary(a: &Alert<'_>) -> String {
+    let all = a.all_labels();
+    describe::summary(&subject(a, &all), a.transition.kind, a.transition.severity, a.thresholds.resolve_below)
+}
+
+/// The record's body: state, severity, alertname and the summary.
+pub fn body(a: &Alert<'_>, summary: &str) -> String {
+    let t = a.transition;
+    let state = if t.kind.resolves() { "RESOLVED" } else { "FIRING" };
+    let extra = if t.kind == Kind::Escalate { " (escalated)" } else { "" };
+    format!("{state} {}{extra} {}: {summary}", t.severity.as_str(), a.alertname)
 }
 
 /// The log record of one transition.
@@ -86,6 +105,9 @@ pub fn record(a: &Alert<'_>) -> LogRecord {
         (false, Severity::Warning) => (SeverityNumber::Warn, "WARN"),
         (false, Severity::Critical) => (SeverityNumber::Error, "ERROR"),
     };
+    let all = a.all_labels();
+    let subject = subject(a, &all);
+    let text = describe::summary(&subject, t.kind, t.severity, a.thresholds.resolve_below);
     let mut attrs = vec![
         kv_str("event.name", EVENT_NAME),
         kv_str("alert.state", if resolved { "resolved" } else { "firing" }),
@@ -93,20 +115,46 @@ pub fn record(a: &Alert<'_>) -> LogRecord {
         kv_str("alert.id", a.id),
         kv_i64("alert.starts_at", i64::try_from(t.starts_at).unwrap_or(i64::MAX)),
         kv_str("alert.transition", t.kind.as_str()),
+        kv_str("alertname", a.alertname),
     ];
-    attrs.extend(a.labels.iter().map(|(k, v)| kv_str(k, v.clone())));
+    attrs.extend(all.iter().map(|(k, v)| kv_str(k, v.clone())));
+    attrs.push(kv_str("alert.summary", text.clone()));
+    if a.evidence.is_some() {
+        let f = describe::facts(&subject);
+        for (k, v) in [
+            ("alert.value", f.value),
+            ("alert.baseline", f.baseline),
+            ("alert.threshold", f.threshold),
+            ("alert.eta", f.eta),
+            ("alert.eta_low", f.eta_low),
+            ("alert.eta_high", f.eta_high),
+        ] {
+            if let Some(v) = v {
+                attrs.push(kv_f64(k, v));
+            }
+        }
+    }
+    for (name, tpl) in a.links {
+        let url = tpl.render(&|v| a.var(&all, v));
+        attrs.push(kv_str(&format!("alert.{name}_url"), url));
+    }
     if let Some(e) = a.evidence {
         attrs.push(kv_f64("evidence.level", e.level));
         if let Some(s) = e.score {
             attrs.push(kv_f64("evidence.score", s));
         }
-        let th = if resolved { a.thresholds.warning } else { a.thresholds.of(t.severity) };
+        let th = if resolved { a.thresholds.resolve_below } else { a.thresholds.of(t.severity) };
         attrs.push(kv_f64("evidence.threshold", th));
         if let Some(eta) = e.breach_eta {
             attrs.push(kv_f64("evidence.breach_eta", eta));
         }
         for kv in &e.attributes {
-            attrs.push(KeyValue { key: format!("evidence.{}", kv.key), ..kv.clone() });
+            let key = format!("evidence.{}", kv.key);
+            // The connector's own evidence keys win (a detector's `threshold` is in alert.threshold).
+            if attrs.iter().any(|x| x.key == key) {
+                continue;
+            }
+            attrs.push(KeyValue { key, ..kv.clone() });
         }
     }
     LogRecord {
@@ -114,7 +162,7 @@ pub fn record(a: &Alert<'_>) -> LogRecord {
         observed_time_unix_nano: a.time,
         severity_number: sev_num as i32,
         severity_text: sev_text.into(),
-        body: Some(AnyValue { value: Some(any_value::Value::StringValue(summary(a))) }),
+        body: Some(AnyValue { value: Some(any_value::Value::StringValue(body(a, &text))) }),
         attributes: attrs,
         event_name: EVENT_NAME.into(),
         ..Default::default()

@@ -108,19 +108,20 @@ impl Points {
         if th.is_finite() {
             attrs.push(kv_f64("threshold", th));
         }
-        attrs.push(kv_f64("budget_remaining", a.budget_remaining));
+        attrs.push(kv_f64("error_budget.remaining", a.budget_remaining));
         if let Some(r) = a.fired {
             let (lw, sw) = (WINDOWS[r.long], WINDOWS[r.short]);
             attrs.extend([
                 kv_str("severity_rule", if r.severity == Severity::Page { "page" } else { "ticket" }),
                 kv_str("window_long", lw.label),
                 kv_str("window_short", sw.label),
+                kv_f64("burn_rate", a.burn[r.long]),
                 kv_f64("burn_rate_long", a.burn[r.long]),
                 kv_f64("burn_rate_short", a.burn[r.short]),
                 kv_f64("burn_rate_factor", r.factor),
             ]);
         } else {
-            attrs.push(kv_f64("burn_rate_1h", a.burn[2]));
+            attrs.push(kv_f64("burn_rate", a.burn[2]));
         }
         self.push(SCORE, "1", None, t, a.score, attrs.clone());
         self.push(LEVEL, "1", None, t, a.level(), attrs);
