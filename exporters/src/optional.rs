@@ -52,8 +52,12 @@ impl<F: ExporterFactory> ExporterFactory for UnlessNoEndpoint<F> {
             if let Some(m) = rest.as_object_mut() {
                 m.remove("endpoint");
             }
-            // The other keys are still checked (a typo stays an error), against the defaults' endpoint.
-            return self.0.validate(&rest);
+            // The other keys are still checked (a typo stays an error); an exporter that requires
+            // an endpoint says so about the one removed here, which is not an error.
+            return match self.0.validate(&rest) {
+                Err(e) if e.path == [inferwatch_core::component::PathSeg::Key("endpoint".into())] => Ok(()),
+                r => r,
+            };
         }
         self.0.validate(cfg)
     }
@@ -85,5 +89,8 @@ mod tests {
         assert!(f.validate(&json!({"endpoint": null})).is_ok());
         let e = f.validate(&json!({"endpoint": null, "timeuot": "5s"})).unwrap_err();
         assert_eq!(e.path, vec![inferwatch_core::component::PathSeg::Key("timeuot".into())]);
+        let otlp = UnlessNoEndpoint(crate::OtlpExporterFactory);
+        assert!(otlp.validate(&json!({"endpoint": null, "tls": {"insecure": true}})).is_ok());
+        assert!(otlp.validate(&json!({"endpoint": null, "tls": {"insecure": "yes please"}})).is_err());
     }
 }

@@ -1,6 +1,8 @@
 //! Settings of `slo`: the objectives a user declares once, and their check into what the
 //! processor runs (the event rule, the burn-rate ledger's parameters, the embedded forecast).
 
+use super::openslo;
+
 use crate::trend_forecast::config::{Span, TrendForecastConfig, parse_span};
 use inferwatch_core::component::{FieldError, PathSeg};
 use serde::{Deserialize, Deserializer};
@@ -20,11 +22,14 @@ pub struct SloConfig {
     pub max_groups: usize,
     /// How late a point may arrive and still count (default 0s: llm_signals emits in order).
     pub allowed_lateness: Span,
+    /// OpenSLO v1 files (relative to the working directory) whose `SLO` documents become
+    /// objectives after `objectives` (see [`super::openslo`]).
+    pub openslo: Vec<String>,
 }
 
 impl Default for SloConfig {
     fn default() -> Self {
-        SloConfig { objectives: Vec::new(), max_groups: 1000, allowed_lateness: Span(0) }
+        SloConfig { objectives: Vec::new(), max_groups: 1000, allowed_lateness: Span(0), openslo: Vec::new() }
     }
 }
 
@@ -246,7 +251,7 @@ pub struct Checked {
 }
 
 /// The canonical metric of a latency signal name (`tpot_p95` → `llm.tpot.p95`).
-fn latency_metric(signal: &str) -> Option<String> {
+pub(super) fn latency_metric(signal: &str) -> Option<String> {
     let s = signal.trim();
     let dotted = if s.starts_with("llm.") { s.to_string() } else { format!("llm.{}", s.replace('_', ".")) };
     let parts: Vec<&str> = dotted.split('.').collect();
@@ -266,10 +271,10 @@ fn at(i: usize, key: &str, message: impl Into<String>) -> FieldError {
 impl SloConfig {
     /// Checks the settings.
     pub fn check(&self) -> Result<Checked, FieldError> {
-        if self.objectives.is_empty() {
+        if self.objectives.is_empty() && self.openslo.is_empty() {
             return Err(FieldError::at(
                 "objectives",
-                "declare at least one objective (name, signal, threshold, target)",
+                "declare at least one objective (name, signal, threshold, target), or OpenSLO files in openslo",
             ));
         }
         if self.max_groups == 0 {
@@ -282,12 +287,17 @@ impl SloConfig {
                 return Err(at(i, "name", format!("duplicate objective name {:?}", o.name)));
             }
         }
+        if !self.openslo.is_empty() {
+            let more = openslo::objectives(&self.openslo, &out)?;
+            out.extend(more);
+        }
         Ok(Checked { objectives: out, max_groups: self.max_groups, lateness_ns: self.allowed_lateness.0 })
     }
 }
 
 impl ObjectiveConfig {
-    fn check(&self, i: usize) -> Result<Objective, FieldError> {
+    /// Checks one objective; errors are at `objectives[i]`.
+    pub(super) fn check(&self, i: usize) -> Result<Objective, FieldError> {
         let name = self.name.trim();
         if name.is_empty() {
             return Err(at(i, "name", "required: a name for the objective, e.g. tpot-p95"));

@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod ledger;
+pub mod openslo;
 mod output;
 
 use crate::delta_ab::rows::{self, Rows};
