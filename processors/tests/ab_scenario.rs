@@ -430,3 +430,19 @@ async fn ab_regression_5ms_every_request_traced_lookback_curve() {
     let cfg = delta_cfg("service.instance.id", "sim-a", "sim-b");
     assert_never_warns("healthy_ab_control (all traced)", &control, &cfg, &["1h", "2h", "3h", "6h"]).await;
 }
+
+/// `delta_ab` with `baseline` and `candidate` left empty (automatic pairing, as in the default
+/// pipeline): on the mirrored strong-regression fixture it finds the pair v1 → v2 by itself and
+/// gives exactly the comparisons of the explicit configuration.
+#[tokio::test]
+async fn automatic_pairing_gives_the_explicit_comparisons() {
+    let lines = simulate(&fixture("ab_regression_strong"));
+    let explicit = pipeline(&lines, delta_cfg("service.version", "v1", "v2")).await;
+    let mut auto = delta_cfg("service.version", "", "");
+    auto.as_object_mut().unwrap().retain(|k, _| k != "baseline" && k != "candidate");
+    let auto = pipeline(&lines, auto).await;
+    assert!(!explicit.windows.is_empty());
+    // The explicit run compares from the first window; the automatic one once both versions were
+    // seen (here: the first window too).
+    assert_eq!(format!("{:?}", auto.windows), format!("{:?}", explicit.windows));
+}

@@ -1,11 +1,14 @@
 //! `delta_ab` driven through the ArrowProcessor trait with batches from `metrics::to_batch`.
 
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, metrics};
-use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, ProcessorFactory};
+use inferwatch_core::component::{ComponentId, ConnectorFactory, CreateContext, PathSeg, ProcessorFactory};
+use inferwatch_core::consumer::{ConsumeError, Consumer};
+use inferwatch_core::pdata::Payload;
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::state::StateError;
 use inferwatch_core::state::{seal, unseal};
 use inferwatch_core::telemetry::Telemetry;
+use inferwatch_processors::alerts::AlertsFactory;
 use inferwatch_processors::delta_ab::stats::{XorShift, quantile_sorted};
 use inferwatch_processors::delta_ab::{DeltaAbFactory, STATE_VERSION};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -175,6 +178,13 @@ impl Harness {
         out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect()
     }
 
+    /// The output of `advance` as requests (what the next component receives).
+    fn advance_requests(&mut self, watermark: u64) -> Vec<ExportMetricsServiceRequest> {
+        let mut out = Vec::new();
+        self.proc.advance(watermark, &mut out).unwrap();
+        out.iter().map(|b| metrics::from_batch(b).unwrap()).collect()
+    }
+
     fn evicted(&self, reason: &str) -> u64 {
         self.telemetry.series_evicted(&self.id, reason).get()
     }
@@ -244,6 +254,7 @@ fn delta_ab_flags_a_5ms_p95_regression_on_mirrored_traffic() {
     );
     assert_eq!((o.attr("delta_ab.baseline"), o.attr("delta_ab.candidate")), ("A", "B"));
     assert_eq!(o.num("delta_ab.threshold"), 5.0);
+    assert!(!o.attrs.contains_key("delta_ab.live_versions"), "explicit pairing: the attributes as before");
     assert!((score - 5.5).abs() < 1e-6, "Δp95 = 5.5 ms, got {score}");
     assert!(o.num("delta_ab.ci_low") > 5.0 && o.num("delta_ab.ci_high") < 6.0, "{o:?}");
     let mut sorted = a.clone();
@@ -403,7 +414,7 @@ fn delta_ab_snapshot_restore_continues_as_if_never_stopped() {
         let mut first = Harness::new(cfg.clone());
         let mut got = run(&mut first, &steps[..cut]);
         let bytes = first.proc.snapshot().unwrap();
-        assert_eq!(first.proc.state_version(), 2, "version 2 carries the look-back ring");
+        assert_eq!(first.proc.state_version(), 3, "version 3 carries the version table");
         let mut second = Harness::new(cfg.clone());
         second.proc.restore(&bytes).unwrap();
         assert_eq!(second.proc.series_count(), first.proc.series_count());
@@ -473,6 +484,11 @@ fn delta_ab_config_errors_name_the_key() {
     for (c, path) in [
         (json!({}), vec![key("metric")]),
         (json!({"metric": METRIC, "candidate": "B"}), vec![key("baseline")]),
+        (json!({"metric": METRIC, "baseline": "A"}), vec![key("candidate")]),
+        (with(json!({"live_within": "1h"})), vec![key("live_within")]),
+        (with(json!({"max_versions": 4})), vec![key("max_versions")]),
+        (json!({"metric": METRIC, "live_within": "5m"}), vec![key("live_within")]),
+        (json!({"metric": METRIC, "max_versions": 1}), vec![key("max_versions")]),
         (with(json!({"candidate": "A"})), vec![key("candidate")]),
         (with(json!({"statistic": "p42"})), vec![key("statistic")]),
         (with(json!({"kind": "speed"})), vec![key("kind")]),
@@ -659,11 +675,13 @@ fn delta_ab_lookback_snapshot_restore_continues_as_if_never_stopped() {
         got.extend(run(&mut second, &steps[cut..]));
         assert_eq!(got, want, "cut after step {cut}");
     }
-    // A checkpoint of the previous state version is refused by the stage's envelope check.
-    assert_eq!(STATE_VERSION, 2);
-    let old = seal("delta_ab", 1, &whole.proc.snapshot().unwrap());
-    let msg = unseal("stage/delta_ab", "delta_ab", STATE_VERSION, &old).unwrap_err().to_string();
-    assert!(msg.contains("state version 1, this build reads 2"), "{msg}");
+    // A checkpoint of an earlier state version is refused by the stage's envelope check.
+    assert_eq!(STATE_VERSION, 3);
+    for v in [1, 2] {
+        let old = seal("delta_ab", v, &whole.proc.snapshot().unwrap());
+        let msg = unseal("stage/delta_ab", "delta_ab", STATE_VERSION, &old).unwrap_err().to_string();
+        assert!(msg.contains(&format!("state version {v}, this build reads 3")), "{msg}");
+    }
 }
 
 /// One generated window: the (request id, value) points of each version; id None = no id.
@@ -740,4 +758,277 @@ proptest! {
         }
         prop_assert!(evaluations > 0 || windows.iter().all(|(a, b)| a.is_empty() && b.is_empty()));
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Automatic pairing: `baseline` and `candidate` left empty.
+
+/// The default pipeline's `delta_ab` (fed by `llm_signals` with `per_request: true`).
+fn auto_cfg() -> serde_json::Value {
+    json!({"metric": METRIC, "statistic": "p95", "window": "10m", "lookback": "3h"})
+}
+
+/// Per-request points of `version` in window `w`: distinct request ids per version (independent
+/// traffic, nothing pairs) unless `mirrored` (the ids of `points`, shared across versions).
+fn requests(version: &'static str, w: u64, values: &[f64], mirrored: bool) -> Vec<P> {
+    let mut pts = points(version, w, values, true);
+    if !mirrored {
+        for p in &mut pts {
+            p.id = p.id.take().map(|id| format!("{version}-{id}"));
+        }
+    }
+    pts
+}
+
+/// The level points of `out`.
+fn levels(out: &[Out]) -> Vec<&Out> {
+    out.iter().filter(|o| o.name == "llm.anomaly.level").collect()
+}
+
+#[test]
+fn delta_ab_default_pipeline_config_validates_in_auto_mode() {
+    assert!(DeltaAbFactory.validate(&auto_cfg()).is_ok());
+    assert!(DeltaAbFactory.validate(&json!({"metric": METRIC})).is_ok(), "every other key has a default");
+    let mut c = auto_cfg();
+    c["live_within"] = json!("6h");
+    c["max_versions"] = json!(3);
+    assert!(DeltaAbFactory.validate(&c).is_ok());
+}
+
+#[test]
+fn delta_ab_auto_flags_a_40ms_p95_regression_of_the_newer_version() {
+    let mut h = Harness::new(auto_cfg());
+    let mut evaluations = Vec::new();
+    for w in 0..9u64 {
+        h.process(&requests("v1", w, &lognormal(100 + w, 300), false));
+        if w >= 2 {
+            let slower: Vec<f64> = lognormal(500 + w, 300).iter().map(|x| x + 0.040).collect();
+            h.process(&requests("v2", w, &slower, false));
+        }
+        let out = h.advance(BASE + (w + 1) * WINDOW);
+        if w < 2 {
+            assert!(out.is_empty(), "window {w}: one version, nothing compared: {out:#?}");
+        } else {
+            evaluations.push(out);
+        }
+    }
+    for out in &evaluations {
+        let (_, _) = level_and_score(out);
+        let o = &out[1];
+        assert_eq!((o.attr("delta_ab.baseline"), o.attr("delta_ab.candidate")), ("v1", "v2"), "the older is A");
+        assert_eq!(o.resource.get("service.version").map(String::as_str), Some("v2"), "the candidate's resource");
+        assert_eq!(o.attr("delta_ab.live_versions"), "2");
+        assert_eq!(o.attr("delta_ab.mode"), "window", "independent requests do not pair");
+        assert_eq!(o.attr("gen_ai.request.model"), "llama");
+    }
+    // The look-back pools v1's history from the start and v2's since it appeared.
+    let last = &evaluations[evaluations.len() - 1];
+    let (level, score) = level_and_score(last);
+    assert_eq!((last[1].num("delta_ab.n_baseline"), last[1].num("delta_ab.n_candidate")), (2700.0, 2100.0));
+    assert_eq!(last[1].attr("delta_ab.verdict"), "regression", "{last:#?}");
+    assert!(level >= 0.8, "{level}");
+    assert!((25.0..60.0).contains(&score), "Δp95 ≈ +40 ms: {score}");
+    assert!(last[1].num("delta_ab.ci_low") > 5.0);
+    let regressions = evaluations.iter().filter(|o| o[1].attr("delta_ab.verdict") == "regression").count();
+    assert!(regressions >= 4, "{regressions} of {} evaluations", evaluations.len());
+
+    // Mirrored traffic (the same request ids on both versions): paired, a regression at once.
+    let mut h = Harness::new(auto_cfg());
+    let a = lognormal(9, 300);
+    let b: Vec<f64> = a.iter().map(|x| x + 0.040).collect();
+    h.process(&requests("v1", 0, &a, true));
+    h.process(&requests("v2", 0, &b, true));
+    let out = h.advance(BASE + WINDOW);
+    let (level, score) = level_and_score(&out);
+    assert_eq!(out[1].attr("delta_ab.mode"), "paired");
+    assert_eq!(out[1].attr("delta_ab.verdict"), "regression");
+    assert!((score - 40.0).abs() < 1e-6 && level == 1.0, "{score} {level}");
+}
+
+#[test]
+fn delta_ab_auto_a_a_versions_stay_quiet() {
+    let mut h = Harness::new(auto_cfg());
+    let mut compared = 0;
+    let mut warnings = 0;
+    for w in 0..12u64 {
+        h.process(&requests("v1", w, &lognormal(2000 + w, 300), false));
+        h.process(&requests("v2", w, &lognormal(3000 + w, 300), false));
+        for o in levels(&h.advance(BASE + (w + 1) * WINDOW)) {
+            compared += 1;
+            assert_eq!((o.attr("delta_ab.baseline"), o.attr("delta_ab.candidate")), ("v1", "v2"));
+            assert_ne!(o.attr("delta_ab.verdict"), "regression", "window {w}: {o:?}");
+            assert!(o.value < 0.8);
+            warnings += usize::from(o.value >= 0.6);
+        }
+    }
+    assert_eq!(compared, 12, "one comparison per window");
+    assert_eq!(warnings, 0, "same latency: no warning");
+}
+
+#[test]
+fn delta_ab_auto_one_version_compares_nothing() {
+    let mut h = Harness::new(auto_cfg());
+    for w in 0..6u64 {
+        h.process(&requests("v1", w, &lognormal(w, 100), false));
+        assert!(h.advance(BASE + (w + 1) * WINDOW).is_empty(), "window {w}");
+    }
+    assert_eq!(h.proc.series_count(), 1, "the group is held, waiting for a second version");
+}
+
+/// A rollout: v1 in windows 0..=3, v2 (40 ms slower, mirrored while both run) from window 1 to
+/// 12; one step per window, the watermark at its end.
+fn rollout() -> Vec<(Vec<P>, u64)> {
+    (0..13u64)
+        .map(|w| {
+            let a = lognormal(700 + w, 200);
+            let mut pts = Vec::new();
+            if w <= 3 {
+                pts.extend(requests("v1", w, &a, true));
+            }
+            if w >= 1 {
+                let b: Vec<f64> = a.iter().map(|x| x + 0.040).collect();
+                pts.extend(requests("v2", w, &b, true));
+            }
+            (pts, BASE + (w + 1) * WINDOW)
+        })
+        .collect()
+}
+
+fn rollout_cfg() -> serde_json::Value {
+    json!({"metric": METRIC, "window": "10m", "lookback": "30m"})
+}
+
+#[test]
+fn delta_ab_auto_rollout_ends_the_comparison_once_the_old_version_is_not_live() {
+    let mut h = Harness::new(rollout_cfg());
+    let out = run(&mut h, &rollout());
+    // (window end in windows, verdict, level) of every level point.
+    let got: Vec<(u64, String, f64)> = levels(&out)
+        .iter()
+        .map(|o| {
+            assert_eq!((o.attr("delta_ab.baseline"), o.attr("delta_ab.candidate")), ("v1", "v2"));
+            assert_eq!(o.resource.get("service.version").map(String::as_str), Some("v2"), "one alert identity");
+            ((o.time - BASE) / WINDOW, o.attr("delta_ab.verdict").to_string(), o.value)
+        })
+        .collect();
+    let verdicts: Vec<(u64, &str)> = got.iter().map(|(t, v, _)| (*t, v.as_str())).collect();
+    // live_within defaults to the look-back (30 min): v1's last point is in window 3, so it is
+    // live up to the end of window 5 (its look-back still holds v1's points) and not at the end
+    // of window 6. The ended pair is named at level 0 for 30 min, then nothing.
+    assert_eq!(
+        verdicts,
+        vec![
+            (2, "regression"),
+            (3, "regression"),
+            (4, "regression"),
+            (5, "regression"),
+            (6, "regression"),
+            (7, "ended"),
+            (8, "ended"),
+            (9, "ended"),
+        ]
+    );
+    for (t, v, level) in &got {
+        assert_eq!(*level == 0.0, v == "ended", "window end {t}: {v} at {level}");
+    }
+    let ended = levels(&out).into_iter().find(|o| o.attr("delta_ab.verdict") == "ended").unwrap();
+    assert_eq!(ended.attr("delta_ab.live_versions"), "1");
+    let score = out.iter().find(|o| o.name == "llm.anomaly.score" && o.time == ended.time).unwrap();
+    assert_eq!(score.value, 0.0);
+    assert_eq!(h.proc.series_count(), 1);
+}
+
+#[test]
+fn delta_ab_auto_snapshot_restore_keeps_the_version_table() {
+    let steps = rollout();
+    let mut whole = Harness::new(rollout_cfg());
+    let want = run(&mut whole, &steps);
+    assert!(levels(&want).iter().any(|o| o.attr("delta_ab.verdict") == "ended"));
+    // Before v2, while both are compared, after v1 stopped, while the ended pair is named.
+    for cut in [1, 3, 5, 7, 8] {
+        let mut first = Harness::new(rollout_cfg());
+        let mut got = run(&mut first, &steps[..cut]);
+        let bytes = first.proc.snapshot().unwrap();
+        let mut second = Harness::new(rollout_cfg());
+        second.proc.restore(&bytes).unwrap();
+        assert_eq!(second.proc.snapshot().unwrap(), bytes, "restore then snapshot gives the same bytes");
+        got.extend(run(&mut second, &steps[cut..]));
+        assert_eq!(got, want, "cut after step {cut}");
+    }
+    // A fresh processor that never saw v1 would not compare: the table is what carries it.
+    let mut blind = Harness::new(rollout_cfg());
+    let tail = run(&mut blind, &steps[5..]);
+    assert!(tail.is_empty(), "{tail:#?}");
+}
+
+#[test]
+fn delta_ab_auto_three_versions_compare_the_newest_against_the_most_seen() {
+    let mut h = Harness::new(json!({"metric": METRIC, "window": "10m", "lookback": "30m", "max_versions": 3}));
+    // v1 draining (30 points a window), v2 the main version (300), v3 a new canary from window 2.
+    let mut last = Vec::new();
+    for w in 0..4u64 {
+        h.process(&requests("v1", w, &lognormal(10 + w, 30), false));
+        h.process(&requests("v2", w, &lognormal(20 + w, 300), false));
+        if w >= 2 {
+            h.process(&requests("v3", w, &lognormal(30 + w, 100), false));
+        }
+        last = h.advance(BASE + (w + 1) * WINDOW);
+    }
+    let got: Vec<(&str, &str, &str)> = levels(&last)
+        .iter()
+        .map(|o| (o.attr("delta_ab.baseline"), o.attr("delta_ab.candidate"), o.attr("delta_ab.verdict")))
+        .collect();
+    // The (v1, v2) pair of windows 0 and 1 ended when v3 arrived; its candidate v2 is named at 0.
+    assert_eq!(got.len(), 2, "{last:#?}");
+    assert_eq!((got[0].0, got[0].1), ("v2", "v3"));
+    assert_eq!(got[1], ("v1", "v2", "ended"));
+    assert_eq!(levels(&last)[0].attr("delta_ab.live_versions"), "3");
+    // A fourth version evicts the least recently seen outside the pair (v1), counted.
+    h.process(&requests("v1", 4, &lognormal(1, 30), false));
+    h.process(&requests("v2", 4, &lognormal(2, 30), false));
+    h.process(&requests("v3", 4, &lognormal(3, 30), false));
+    h.process(&requests("v4", 4, &lognormal(4, 30), false));
+    assert_eq!(h.evicted("max_versions"), 1);
+    let out = h.advance(BASE + 5 * WINDOW);
+    let pair: Vec<(&str, &str)> =
+        levels(&out).iter().map(|o| (o.attr("delta_ab.baseline"), o.attr("delta_ab.candidate"))).collect();
+    assert_eq!(pair[0], ("v2", "v4"), "{out:#?}");
+}
+
+/// Collects what the `alerts` connector emits.
+#[derive(Default)]
+struct Logs(parking_lot::Mutex<Vec<Payload>>);
+
+#[async_trait::async_trait]
+impl Consumer for Logs {
+    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
+        self.0.lock().push(data);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn delta_ab_auto_rollout_alert_fires_then_resolves_when_the_pair_ends() {
+    let logs = Arc::new(Logs::default());
+    let ctx = CreateContext::new(ComponentId::parse("alerts").unwrap(), Arc::new(Telemetry::new()));
+    let alerts = AlertsFactory.create(ctx, &json!({}), Signal::Metrics, Signal::Logs, logs.clone()).unwrap();
+    let mut h = Harness::new(rollout_cfg());
+    for (pts, wm) in rollout() {
+        h.process(&pts);
+        for req in h.advance_requests(wm) {
+            alerts.consume(Payload::Metrics(req)).await.unwrap();
+        }
+    }
+    let mut records = Vec::new();
+    for p in logs.0.lock().iter() {
+        let Payload::Logs(req) = p else { panic!("not logs") };
+        for r in req.resource_logs.iter().flat_map(|r| &r.scope_logs).flat_map(|s| &s.log_records) {
+            let a = strings(&r.attributes);
+            records.push(((r.time_unix_nano - BASE) / WINDOW, a["alert.state"].clone(), a["alert.transition"].clone()));
+        }
+    }
+    // Firing at the first comparison (end of window 1), resolved 10 min after the first level-0
+    // point of the ended pair (end of window 6): one alert identity throughout.
+    let states: Vec<(u64, &str)> = records.iter().filter(|r| r.2 != "repeat").map(|r| (r.0, r.1.as_str())).collect();
+    assert_eq!(states, vec![(2, "firing"), (8, "resolved")], "{records:?}");
 }

@@ -209,7 +209,8 @@ def test_dashboard_json_is_importable_and_its_queries_parse(tmp_path):
     assert f"{len(exprs)} rules found" in r.stdout + r.stderr
 
 
-def test_deploy_pipeline_example_is_valid(run_cli):
-    r = run_cli("validate", "--config", str(REPO / "deploy" / "pipelines" / "vllm-agent.yaml"))
+@pytest.mark.parametrize("role,pipelines", [("sidecar", 4), ("node-agent", 5)])
+def test_deploy_pipeline_example_is_valid(run_cli, role, pipelines):
+    r = run_cli("validate", "--config", str(REPO / "deploy" / "pipelines" / f"{role}.yaml"))
     assert r.returncode == 0, r.stderr
-    assert "3 pipelines" in r.stdout
+    assert f"{pipelines} pipelines" in r.stdout

@@ -17,31 +17,32 @@ pub fn variables(truth: &GroundTruth) -> BTreeMap<&'static str, String> {
     v
 }
 
-/// The default detector pipeline for a scenario (docs/eval.md): llm_signals from the scraped
-/// metrics into zscore_skew, kv_pressure and trend_forecast; llm_signals from the spans (5-minute
-/// windows over exact per-request values) into a second trend_forecast on the SLO's signal; for
-/// A/B scenarios per-request points into delta_ab; all levels into the alerts connector.
+/// The default detector pipeline for a scenario (docs/eval.md): the scenario's SLO declared once
+/// to the `slo` processor (its burn-rate rules and its embedded trend_forecast on the SLO's signal
+/// and threshold) on llm_signals from the spans (5-minute windows over exact per-request values:
+/// `source: spans`, the default; its forecast reads both sources, `forecast_source: any`, which needs
+/// the 5-minute span windows' lateness); zscore_skew and kv_pressure on the scraped signals; for A/B
+/// scenarios per-request points into delta_ab; all levels into the alerts connector with its
+/// default `for` and per-detector defaults.
 pub fn default_config(truth: &GroundTruth) -> String {
     let v = variables(truth);
     let signal = &v["SLO_SIGNAL"];
     let threshold = &v["SLO_THRESHOLD"];
     let ab = truth.kind() == Kind::Ab;
-    let trend =
-        format!("{{ metric: {signal}, threshold: {threshold}, direction: above, horizon: 21d, aggregate: 1h }}");
     let mut s = String::new();
     s.push_str("receivers:\n  eval_feed: {}\n");
     s.push_str("connectors:\n  llm_signals: {}\n  llm_signals/spans: { window: 5m }\n");
     if ab {
         s.push_str("  llm_signals/requests: { per_request: true }\n");
     }
-    s.push_str(
-        "  alerts: { warning: 0.6, critical: 0.8, for: 2m, \
-         per_detector: { trend_forecast: { for: 0s }, delta_ab: { for: 0s } } }\n",
-    );
+    s.push_str("  alerts: { warning: 0.6, critical: 0.8, log: false }\n");
     s.push_str("processors:\n");
     s.push_str("  zscore_skew: { metrics: [llm.ttft.p95, llm.tpot.p95, llm.e2e.p95, llm.queue.p99], window: 50 }\n");
     s.push_str("  kv_pressure: {}\n");
-    s.push_str(&format!("  trend_forecast: {trend}\n  trend_forecast/spans: {trend}\n"));
+    s.push_str(&format!(
+        "  slo: {{ allowed_lateness: 6m, objectives: [{{ name: scenario-slo, signal: {signal}, threshold: {threshold}, target: 99%, \
+         period: 28d, forecast: {{ horizon: 21d, aggregate: 1h }} }}] }}\n"
+    ));
     if ab {
         s.push_str(&format!(
             "  delta_ab: {{ metric: llm.request.ttft, version_attribute: service.instance.id, baseline: {}, \
@@ -53,13 +54,12 @@ pub fn default_config(truth: &GroundTruth) -> String {
     s.push_str("service:\n  pipelines:\n");
     s.push_str("    metrics/in: { receivers: [eval_feed], exporters: [llm_signals] }\n");
     s.push_str(
-        "    metrics/detect: { receivers: [llm_signals], processors: [zscore_skew, kv_pressure, trend_forecast], \
-         exporters: [alerts, eval_capture] }\n",
+        "    metrics/detect: { receivers: [llm_signals], processors: [zscore_skew, kv_pressure], exporters: [alerts] }\n",
     );
     let traces_out = if ab { "[llm_signals/spans, llm_signals/requests]" } else { "[llm_signals/spans]" };
     s.push_str(&format!("    traces/in: {{ receivers: [eval_feed], exporters: {traces_out} }}\n"));
     s.push_str(
-        "    metrics/trend: { receivers: [llm_signals/spans], processors: [trend_forecast/spans], \
+        "    metrics/slo: { receivers: [llm_signals, llm_signals/spans], processors: [slo], \
          exporters: [alerts, eval_capture] }\n",
     );
     if ab {

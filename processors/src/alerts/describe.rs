@@ -271,6 +271,9 @@ fn who(s: &Subject<'_>) -> String {
 
 /// `in about 16 days (12–21)`.
 fn eta_text(eta: f64, lo: Option<f64>, hi: Option<f64>) -> String {
+    if eta <= 0.0 {
+        return "already (the forecast's level is past it)".into();
+    }
     let (scale, name) = duration_unit(eta);
     let n = |v: f64| number(round_to(v / scale));
     let mut t = format!("in about {} {name}", n(eta));

@@ -87,6 +87,8 @@ pub struct AlertsConfig {
     pub per_detector: BTreeMap<String, DetectorThresholds>,
     /// Most alerts held; beyond it the least recently seen 10 % are evicted (default 10000).
     pub max_alerts: usize,
+    /// One line per transition in the agent's log (default true; `inferwatch eval` turns it off).
+    pub log: bool,
 }
 
 impl Default for AlertsConfig {
@@ -106,6 +108,7 @@ impl Default for AlertsConfig {
             links: BTreeMap::new(),
             per_detector: BTreeMap::new(),
             max_alerts: 10_000,
+            log: true,
         }
     }
 }
@@ -180,6 +183,8 @@ pub struct Checked {
     pub context: Vec<String>,
     /// Link templates.
     pub links: Vec<(String, describe::Template)>,
+    /// Log each transition.
+    pub log: bool,
 }
 
 impl Checked {
@@ -332,6 +337,7 @@ impl AlertsConfig {
             group_by: self.group_by.clone(),
             context: self.context.clone(),
             links,
+            log: self.log,
         })
     }
 }
@@ -446,7 +452,9 @@ impl AlertsConnector {
                     links,
                 };
                 let rec = record::record(&a);
-                Self::log_transition(&self.name, &rec);
+                if self.checked.log {
+                    Self::log_transition(&self.name, &rec);
+                }
                 out.push(Arc::new(Default::default()), rec);
             }
             let Some(tr) = tr else { continue };
@@ -470,7 +478,9 @@ impl AlertsConnector {
                 links,
             };
             let rec = record::record(&a);
-            Self::log_transition(&self.name, &rec);
+            if self.checked.log {
+                Self::log_transition(&self.name, &rec);
+            }
             out.push(p.resource.clone(), rec);
         }
         self.evicted.inc_by(engine.evicted() - evicted_before);

@@ -2,7 +2,9 @@
 //!
 //! Reads the number points of one metric, splits them by version (point attribute
 //! `version_attribute`, else the resource attribute) and by group (`group_by`), and per
-//! event-time tumbling window compares a statistic of the candidate against the baseline: Δ
+//! event-time tumbling window compares a statistic of the candidate against the baseline (the
+//! configured pair, or with `baseline` and `candidate` left empty the pair chosen per group from
+//! the versions live at the window end: the newest against the most-seen older one): Δ
 //! (ms for latency, relative otherwise), sample sizes, a deterministic bootstrap confidence
 //! interval, and a verdict (steady / inconclusive / regression). With `lookback` longer than
 //! `window`, each window's end judges the points of the last `lookback` together (canary-style
@@ -26,14 +28,14 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use prometheus_client::metrics::counter::Counter;
 use rows::Rows;
 use serde::Deserialize;
-use state::{Lookback, Meta, Params, State, Which};
+use state::{Eval, Evicted, Lookback, Meta, Pairing, Params, State};
 use stats::{Bootstrap, Estimate, Kind, Sample, Statistic, window_seed};
 use std::collections::HashMap;
 use std::time::Duration;
 use verdict::{Rule, Verdict};
 
 /// Version of the checkpoint format written by [`DeltaAb`].
-pub const STATE_VERSION: u32 = 2;
+pub const STATE_VERSION: u32 = 3;
 /// The `detector` attribute of the output.
 pub const DETECTOR: &str = "delta_ab";
 
@@ -63,10 +65,16 @@ pub struct DeltaAbConfig {
     pub metric: String,
     /// Attribute naming the version: the point attribute, else the resource attribute (default service.version).
     pub version_attribute: String,
-    /// Baseline version A (required).
+    /// Baseline version A (with `candidate`; both empty: automatic pairing per group).
     pub baseline: String,
-    /// Candidate version B (required, not the baseline).
+    /// Candidate version B (with `baseline`, not equal to it; both empty: automatic pairing).
     pub candidate: String,
+    /// Automatic pairing: a version is live at a window end when it had a point within this span
+    /// before it (default: the longer of `lookback` and 2 × `window`; ≥ `window`).
+    pub live_within: Option<GoDuration>,
+    /// Automatic pairing: most versions tracked per group (default 8; ≥ 2); beyond, the least
+    /// recently seen one outside the compared pair is evicted.
+    pub max_versions: Option<usize>,
     /// Statistic compared: p50, p95, p99 or mean (default p95).
     pub statistic: Statistic,
     /// What the metric is: latency (seconds; Δ in ms), throughput or quality (default latency).
@@ -109,6 +117,8 @@ impl Default for DeltaAbConfig {
             version_attribute: schema::SERVICE_VERSION.into(),
             baseline: String::new(),
             candidate: String::new(),
+            live_within: None,
+            max_versions: None,
             statistic: Statistic::P95,
             kind: Kind::Latency,
             window: GoDuration(Duration::from_secs(600)),
@@ -129,6 +139,12 @@ impl Default for DeltaAbConfig {
     }
 }
 
+/// Default `max_versions`.
+pub const DEFAULT_MAX_VERSIONS: usize = 8;
+
+/// The `delta_ab.verdict` of a level-0 point that ends a pair no longer compared.
+pub const VERDICT_ENDED: &str = "ended";
+
 /// The longest `lookback`: 7 days.
 pub const MAX_LOOKBACK: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -143,8 +159,7 @@ struct Checked {
     lateness_ns: u64,
     metric: String,
     version_attribute: String,
-    baseline: String,
-    candidate: String,
+    pairing: Pairing,
     group_by: Vec<String>,
     request_id_attribute: String,
     min_samples: usize,
@@ -154,18 +169,36 @@ struct Checked {
 
 impl DeltaAbConfig {
     fn check(&self) -> Result<Checked, FieldError> {
-        for (key, v) in [
-            ("metric", &self.metric),
-            ("baseline", &self.baseline),
-            ("candidate", &self.candidate),
-            ("version_attribute", &self.version_attribute),
-        ] {
+        for (key, v) in [("metric", &self.metric), ("version_attribute", &self.version_attribute)] {
             if v.is_empty() {
                 return Err(FieldError::at(key, "is required"));
             }
         }
-        if self.candidate == self.baseline {
-            return Err(FieldError::at("candidate", "must differ from baseline"));
+        let auto = self.baseline.is_empty() && self.candidate.is_empty();
+        if !auto {
+            for (key, v, other) in
+                [("baseline", &self.baseline, "candidate"), ("candidate", &self.candidate, "baseline")]
+            {
+                if v.is_empty() {
+                    return Err(FieldError::at(
+                        key,
+                        format!("is required with {other} (leave both empty to pair the live versions automatically)"),
+                    ));
+                }
+            }
+            if self.candidate == self.baseline {
+                return Err(FieldError::at("candidate", "must differ from baseline"));
+            }
+            for (key, set) in
+                [("live_within", self.live_within.is_some()), ("max_versions", self.max_versions.is_some())]
+            {
+                if set {
+                    return Err(FieldError::at(
+                        key,
+                        "applies to automatic pairing only (baseline and candidate left empty)",
+                    ));
+                }
+            }
         }
         let window_ns = nanos("window", &self.window)?;
         if window_ns == 0 {
@@ -221,6 +254,25 @@ impl DeltaAbConfig {
         if self.max_points < self.max_samples {
             return Err(FieldError::at("max_points", "must be at least max_samples"));
         }
+        let pairing = if auto {
+            let live_ns = match &self.live_within {
+                None => lookback_ns.max(window_ns.saturating_mul(2)),
+                Some(d) => {
+                    let ns = nanos("live_within", d)?;
+                    if ns < window_ns {
+                        return Err(FieldError::at("live_within", format!("{d} is shorter than window")));
+                    }
+                    ns
+                }
+            };
+            let max_versions = self.max_versions.unwrap_or(DEFAULT_MAX_VERSIONS);
+            if max_versions < 2 {
+                return Err(FieldError::at("max_versions", "must be at least 2"));
+            }
+            Pairing::Auto { live_ns, max_versions }
+        } else {
+            Pairing::Explicit { baseline: self.baseline.clone(), candidate: self.candidate.clone() }
+        };
         let threshold = match self.kind {
             Kind::Latency => t.latency_ms,
             Kind::Throughput => t.throughput_rel,
@@ -238,8 +290,7 @@ impl DeltaAbConfig {
             lateness_ns: nanos("allowed_lateness", &self.allowed_lateness)?,
             metric: self.metric.clone(),
             version_attribute: self.version_attribute.clone(),
-            baseline: self.baseline.clone(),
-            candidate: self.candidate.clone(),
+            pairing,
             group_by: self.group_by.clone(),
             request_id_attribute: self.request_id_attribute.clone(),
             min_samples: self.min_samples,
@@ -288,6 +339,7 @@ pub struct DeltaAb {
     name: String,
     evicted_idle: Counter,
     evicted_max: Counter,
+    evicted_versions: Counter,
 }
 
 /// The comparison of one closed window's look-back of one group.
@@ -358,13 +410,13 @@ fn sorted(values: &[f64]) -> Vec<f64> {
 }
 
 impl Checked {
-    /// Compares the two versions over the look-back `l` of group `key`: the points of its
-    /// windows pooled, paired across window boundaries, the bootstrap seeded from the current
-    /// window's start.
-    fn compare(&self, key: &[String], l: Lookback<'_>) -> Comparison {
+    /// Compares `candidate` against `baseline` over the look-back `l` of group `key`: the points
+    /// of its windows pooled, paired across window boundaries, the bootstrap seeded from the
+    /// current window's start.
+    fn compare(&self, key: &[String], l: Lookback<'_>, baseline: &str, candidate: &str) -> Comparison {
         let seed = window_seed(key, l.current.start);
-        let pa_all = Pooled::of(l.windows().map(|w| &w.a));
-        let pb_all = Pooled::of(l.windows().map(|w| &w.b));
+        let pa_all = Pooled::of(l.windows().filter_map(|w| w.side(baseline)));
+        let pb_all = Pooled::of(l.windows().filter_map(|w| w.side(candidate)));
         let (pa, pb) =
             if self.request_id_attribute.is_empty() { (Vec::new(), Vec::new()) } else { pairs(&pa_all, &pb_all) };
         let paired = pa.len() >= self.min_samples;
@@ -391,12 +443,12 @@ impl Checked {
         }
     }
 
-    /// The evidence attributes of a comparison.
-    fn evidence(&self, c: &Comparison) -> Vec<KeyValue> {
+    /// The evidence attributes of a comparison (`live`: versions live, automatic pairing only).
+    fn evidence(&self, c: &Comparison, baseline: &str, candidate: &str, live: Option<usize>) -> Vec<KeyValue> {
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let mut ev = vec![
-            kv_str("delta_ab.baseline", self.baseline.clone()),
-            kv_str("delta_ab.candidate", self.candidate.clone()),
+            kv_str("delta_ab.baseline", baseline),
+            kv_str("delta_ab.candidate", candidate),
             kv_i64("delta_ab.n_baseline", count(c.n_baseline)),
             kv_i64("delta_ab.n_candidate", count(c.n_candidate)),
             kv_i64("delta_ab.n_pairs", count(c.n_pairs as u64)),
@@ -420,18 +472,36 @@ impl Checked {
             kv_f64("delta_ab.window_s", self.params.window_ns as f64 / 1e9),
             kv_f64("delta_ab.lookback_s", c.lookback_s),
         ]);
+        if let Some(n) = live {
+            ev.push(kv_i64("delta_ab.live_versions", count(n as u64)));
+        }
         ev
+    }
+
+    /// The evidence attributes of the level-0 point of a pair that ended.
+    fn ended_evidence(&self, baseline: &str, candidate: &str, live: usize) -> Vec<KeyValue> {
+        vec![
+            kv_str("delta_ab.baseline", baseline),
+            kv_str("delta_ab.candidate", candidate),
+            kv_str("delta_ab.statistic", self.boot.statistic.name()),
+            kv_str("delta_ab.kind", self.boot.kind.name()),
+            kv_str("delta_ab.verdict", VERDICT_ENDED),
+            kv_f64("delta_ab.threshold", self.rule.threshold),
+            kv_f64("delta_ab.window_s", self.params.window_ns as f64 / 1e9),
+            kv_i64("delta_ab.live_versions", i64::try_from(live).unwrap_or(i64::MAX)),
+        ]
     }
 }
 
 impl DeltaAb {
     fn new(cfg: Checked, ctx: &CreateContext) -> Self {
         DeltaAb {
-            state: State::new(cfg.params),
+            state: State::new(cfg.params, cfg.pairing.clone()),
             cfg,
             name: ctx.id.to_string(),
             evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
             evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
+            evicted_versions: ctx.telemetry.series_evicted(&ctx.id, "max_versions"),
         }
     }
 
@@ -457,7 +527,7 @@ impl ArrowProcessor for DeltaAb {
     fn process(&mut self, batch: &RecordBatch, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
         let mut rows = Rows::new(batch)?;
         let cfg = &self.cfg;
-        let mut evicted = 0usize;
+        let mut evicted = Evicted::default();
         for row in 0..rows.len() {
             let Some(p) = rows.number(row) else { continue };
             if p.name != cfg.metric {
@@ -465,13 +535,13 @@ impl ArrowProcessor for DeltaAb {
             }
             let attrs = rows.attributes(row)?;
             let Some(version) = rows::lookup(&mut rows, row, &attrs, &cfg.version_attribute)? else { continue };
-            let which = if version == cfg.candidate {
-                Which::Candidate
-            } else if version == cfg.baseline {
-                Which::Baseline
-            } else {
-                continue;
+            let wanted = match &cfg.pairing {
+                Pairing::Explicit { baseline, candidate } => version == *baseline || version == *candidate,
+                Pairing::Auto { .. } => !version.is_empty(),
             };
+            if !wanted {
+                continue;
+            }
             let mut key = Vec::with_capacity(cfg.group_by.len());
             for g in &cfg.group_by {
                 key.push(rows::lookup(&mut rows, row, &attrs, g)?.unwrap_or_default());
@@ -483,18 +553,27 @@ impl ArrowProcessor for DeltaAb {
                     .filter(|s| !s.is_empty())
                     .map_or(0, |s| id_hash(&s))
             };
-            let added = self.state.add(&key, p.time, p.value, which, id, || {
+            let added = self.state.add(&key, p.time, p.value, &version, id, || {
                 let resource = rows.resource(row)?.clone();
                 let scope = rows.scope(row)?.clone();
                 Ok::<_, ConvError>((resource, scope))
             })?;
             if let Ok(n) = added {
-                evicted += n;
+                evicted.groups += n.groups;
+                evicted.versions += n.versions;
             }
         }
-        if evicted > 0 {
-            self.evicted_max.inc_by(evicted as u64);
-            tracing::debug!(processor = %self.name, evicted, "delta_ab: groups evicted at max_series");
+        if evicted.groups > 0 {
+            self.evicted_max.inc_by(evicted.groups as u64);
+            tracing::debug!(processor = %self.name, evicted = evicted.groups, "delta_ab: groups evicted at max_series");
+        }
+        if evicted.versions > 0 {
+            self.evicted_versions.inc_by(evicted.versions as u64);
+            tracing::debug!(
+                processor = %self.name,
+                evicted = evicted.versions,
+                "delta_ab: versions evicted at max_versions"
+            );
         }
         Ok(())
     }
@@ -502,21 +581,19 @@ impl ArrowProcessor for DeltaAb {
     fn advance(&mut self, watermark_ns: u64, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
         let cfg = &self.cfg;
         let mut output = Output::new();
-        let idle = self.state.close_until(watermark_ns, |key, meta: &Meta, l| {
-            let c = cfg.compare(key, l);
+        let idle = self.state.close_until(watermark_ns, |key, ev: Eval<'_>| {
             let attrs: Vec<KeyValue> = cfg.group_by.iter().zip(key).map(|(k, v)| kv_str(k, v.clone())).collect();
-            let score = c.estimate.as_ref().map_or(0.0, |e| e.delta);
-            output.score(
-                &meta.resource,
-                &meta.scope,
-                &attrs,
-                l.current.end,
-                DETECTOR,
-                &cfg.metric,
-                score,
-                c.level,
-                &cfg.evidence(&c),
-            );
+            let (meta, time, score, level, evidence): (&Meta, u64, f64, f64, Vec<KeyValue>) = match ev {
+                Eval::Compare { baseline, candidate, meta, live, lookback } => {
+                    let c = cfg.compare(key, lookback, baseline, candidate);
+                    let score = c.estimate.as_ref().map_or(0.0, |e| e.delta);
+                    (meta, lookback.current.end, score, c.level, cfg.evidence(&c, baseline, candidate, live))
+                }
+                Eval::Ended { baseline, candidate, meta, live, end } => {
+                    (meta, end, 0.0, 0.0, cfg.ended_evidence(baseline, candidate, live))
+                }
+            };
+            output.score(&meta.resource, &meta.scope, &attrs, time, DETECTOR, &cfg.metric, score, level, &evidence);
         });
         if idle > 0 {
             self.evicted_idle.inc_by(idle as u64);
@@ -533,7 +610,7 @@ impl ArrowProcessor for DeltaAb {
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        let mut fresh = State::new(self.cfg.params);
+        let mut fresh = State::new(self.cfg.params, self.cfg.pairing.clone());
         fresh.restore(bytes).map_err(|e| self.corrupt(format!("delta_ab state: {e}")))?;
         self.state = fresh;
         Ok(())

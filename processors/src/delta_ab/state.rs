@@ -1,11 +1,14 @@
 //! The state of `delta_ab`: per group, the open tumbling windows with the values of each version,
-//! the ring of closed windows still inside the look-back, eviction, and the checkpoint form.
+//! the ring of closed windows still inside the look-back, the version table (with automatic
+//! pairing: each version's first and last point, the pair compared, the pairs that ended),
+//! eviction, and the checkpoint form.
 
-use super::stats::{XorShift, splitmix64, window_seed};
+use super::stats::{FNV_OFFSET, XorShift, fnv1a, splitmix64, window_seed};
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Parameters of the state (from the configuration; not checkpointed but `window_ns`).
@@ -26,13 +29,23 @@ pub struct Params {
     pub max_points: usize,
 }
 
-/// Which version a point belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Which {
-    /// The baseline version (A).
-    Baseline,
-    /// The candidate version (B).
-    Candidate,
+/// How the two versions compared in a group are chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pairing {
+    /// A fixed baseline and candidate (the caller passes only their points).
+    Explicit {
+        /// Version A.
+        baseline: String,
+        /// Version B.
+        candidate: String,
+    },
+    /// From the versions live at each window end: the newest against the most-seen older one.
+    Auto {
+        /// A version is live at a window end `e` when its last point is at or after `e − live_ns`.
+        live_ns: u64,
+        /// Most versions held per group (≥ 2).
+        max_versions: usize,
+    },
 }
 
 /// The values of one version in one window.
@@ -71,6 +84,20 @@ impl Side {
     }
 }
 
+/// The values of one named version in one window, with the event times of its first and last
+/// point there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionSide {
+    /// The version.
+    pub version: String,
+    /// Event time of its first point in the window.
+    pub first: u64,
+    /// Event time of its last point in the window.
+    pub last: u64,
+    /// Its values.
+    pub side: Side,
+}
+
 /// One tumbling window of one group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Window {
@@ -78,33 +105,61 @@ pub struct Window {
     pub start: u64,
     /// Exclusive end, ns since the epoch.
     pub end: u64,
-    /// Baseline values.
-    pub a: Side,
-    /// Candidate values.
-    pub b: Side,
+    /// The versions with a point in the window, in the order of their first point.
+    pub sides: Vec<VersionSide>,
 }
 
-/// Where a group's output points come from: the resource and scope of its first candidate point
-/// (of its first point until a candidate point arrives).
+impl Window {
+    /// The values of `version` in this window, if it had a point.
+    pub fn side(&self, version: &str) -> Option<&Side> {
+        self.sides.iter().find(|s| s.version == version).map(|s| &s.side)
+    }
+}
+
+/// Where output points come from: the resource and scope of a version's first point.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Meta {
     /// Resource of the output.
     pub resource: Resource,
     /// Scope of the output.
     pub scope: InstrumentationScope,
-    /// Whether they come from a candidate point.
-    pub from_candidate: bool,
+}
+
+/// One version of a group's version table.
+#[derive(Debug, Clone, PartialEq)]
+struct Version {
+    /// Resource and scope of its first point (since it entered the table).
+    meta: Meta,
+    /// Event times of its first and last point in a closed window (none until one closes).
+    seen: Option<(u64, u64)>,
+    /// Arrival sequence number of its latest point (eviction order at `max_versions`).
+    touched: u64,
+}
+
+/// A pair that was compared and is no longer: level-0 points name it for `live_ns` after it ended.
+#[derive(Debug, Clone, PartialEq)]
+struct Ended {
+    baseline: String,
+    candidate: String,
+    /// The candidate's resource and scope (the alert identity of the pair's points).
+    meta: Meta,
+    /// Window end at which it ended.
+    since: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 struct Group {
-    meta: Meta,
+    versions: BTreeMap<String, Version>,
     /// Open windows.
     windows: Vec<Window>,
     /// Closed windows that may still enter a later look-back, oldest first.
     ring: VecDeque<Window>,
     last_point: u64,
     last_seen: u64,
+    /// The (baseline, candidate) compared at the latest evaluation (automatic pairing).
+    pair: Option<(String, String)>,
+    /// Pairs that ended, oldest first (automatic pairing).
+    ended: Vec<Ended>,
 }
 
 /// What one evaluation compares: the closed window and the earlier windows of the look-back.
@@ -127,22 +182,72 @@ impl<'a> Lookback<'a> {
     pub fn start(&self) -> u64 {
         self.earlier.first().map_or(self.current.start, |w| w.start)
     }
+
+    /// Points of `version` in the look-back.
+    pub fn seen(&self, version: &str) -> u64 {
+        self.windows().filter_map(|w| w.side(version)).fold(0u64, |n, s| n.saturating_add(s.seen))
+    }
+}
+
+/// One output of a window's end for a group.
+#[derive(Debug, Clone, Copy)]
+pub enum Eval<'a> {
+    /// Compare `candidate` against `baseline` over the look-back.
+    Compare {
+        /// Version A.
+        baseline: &'a str,
+        /// Version B.
+        candidate: &'a str,
+        /// Resource and scope of the output (the candidate's; the baseline's until it has a point).
+        meta: &'a Meta,
+        /// Versions live at the window end (automatic pairing only).
+        live: Option<usize>,
+        /// The windows judged.
+        lookback: Lookback<'a>,
+    },
+    /// A pair compared earlier is no longer (one of its versions stopped being live, or a newer
+    /// candidate arrived): a level-0 point at `end` under its candidate's identity.
+    Ended {
+        /// Version A of the ended pair.
+        baseline: &'a str,
+        /// Version B of the ended pair.
+        candidate: &'a str,
+        /// The candidate's resource and scope.
+        meta: &'a Meta,
+        /// Versions live at the window end.
+        live: usize,
+        /// The window end (output time).
+        end: u64,
+    },
 }
 
 /// How many of `ring`'s windows (counted from its newest end) join `current` in the look-back:
 /// those starting at or after `current.end − lookback_ns`, newest first, as long as the kept
-/// values per version stay within `max_points`.
+/// values of every version stay within `max_points`.
 fn lookback_len(ring: &VecDeque<Window>, current: &Window, params: &Params) -> usize {
     let from = current.end.saturating_sub(params.lookback_ns);
-    let (mut na, mut nb) = (current.a.values.len(), current.b.values.len());
+    let mut kept: Vec<(&str, usize)> =
+        current.sides.iter().map(|s| (s.version.as_str(), s.side.values.len())).collect();
     let mut n = 0;
     for w in ring.iter().rev() {
         if w.start < from {
             break;
         }
-        na += w.a.values.len();
-        nb += w.b.values.len();
-        if na > params.max_points || nb > params.max_points {
+        let mut over = false;
+        for s in &w.sides {
+            let i = match kept.iter().position(|k| k.0 == s.version) {
+                Some(i) => i,
+                None => {
+                    kept.push((s.version.as_str(), 0));
+                    kept.len() - 1
+                }
+            };
+            if let Some(k) = kept.get_mut(i) {
+                k.1 += s.side.values.len();
+                over |= k.1 > params.max_points;
+            }
+        }
+        if over {
             break;
         }
         n += 1;
@@ -157,9 +262,118 @@ pub enum Skip {
     Late,
 }
 
+/// What adding a point evicted to make room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Evicted {
+    /// Groups evicted at `max_series`.
+    pub groups: usize,
+    /// Versions of the point's group evicted at `max_versions`.
+    pub versions: usize,
+}
+
+/// Version names in natural order: runs of digits compare as numbers (`v9` < `v10`), the rest
+/// byte-wise; equal runs fall back to the plain order.
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    fn runs(s: &str) -> impl Iterator<Item = (bool, &str)> {
+        let mut rest = s;
+        std::iter::from_fn(move || {
+            let first = rest.chars().next()?;
+            let digit = first.is_ascii_digit();
+            let n = rest.find(|c: char| c.is_ascii_digit() != digit).unwrap_or(rest.len());
+            let (run, tail) = rest.split_at(n);
+            rest = tail;
+            Some((digit, run))
+        })
+    }
+    let mut ra = runs(a);
+    let mut rb = runs(b);
+    loop {
+        match (ra.next(), rb.next()) {
+            (None, None) => return a.cmp(b),
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some((da, x)), Some((db, y))) => {
+                let o = if da && db {
+                    let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+                    x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+                } else {
+                    x.cmp(y)
+                };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+        }
+    }
+}
+
+/// The newest live version against the live version with the most points in the look-back among
+/// the others (ties: the older). Age is the window of a version's first point, then the natural
+/// order of the names (`v1` older than `v2`, `v9` than `v10`), so that versions starting in the
+/// same window (mirrored traffic) pair by name. `live`: (name, start of its first window).
+fn choose(live: &[(&str, u64)], l: &Lookback<'_>) -> Option<(String, String)> {
+    if live.len() < 2 {
+        return None;
+    }
+    let age = |a: &(&str, u64), b: &(&str, u64)| a.1.cmp(&b.1).then_with(|| natural_cmp(a.0, b.0));
+    let candidate = live.iter().max_by(|a, b| age(a, b))?;
+    let baseline = live
+        .iter()
+        .filter(|v| v.0 != candidate.0)
+        .max_by(|a, b| l.seen(a.0).cmp(&l.seen(b.0)).then_with(|| age(b, a)))?;
+    Some((baseline.0.to_string(), candidate.0.to_string()))
+}
+
+/// Removes `version`'s values from `windows`.
+fn strip<'w>(windows: impl Iterator<Item = &'w mut Window>, version: &str) {
+    for w in windows {
+        w.sides.retain(|s| s.version != version);
+    }
+}
+
+impl Group {
+    fn new(time: u64) -> Self {
+        Group {
+            versions: BTreeMap::new(),
+            windows: Vec::new(),
+            ring: VecDeque::new(),
+            last_point: time,
+            last_seen: 0,
+            pair: None,
+            ended: Vec::new(),
+        }
+    }
+
+    /// Evicts the least recently seen version (one outside the compared pair when there is one)
+    /// with its values; a pair it belonged to ends at `now`.
+    fn evict_version(&mut self, now: u64) -> usize {
+        let in_pair = |name: &str| self.pair.as_ref().is_some_and(|(a, b)| a == name || b == name);
+        let victim = self
+            .versions
+            .iter()
+            .filter(|(n, _)| !in_pair(n))
+            .min_by_key(|(_, v)| v.touched)
+            .or_else(|| self.versions.iter().min_by_key(|(_, v)| v.touched))
+            .map(|(n, _)| n.clone());
+        let Some(victim) = victim else { return 0 };
+        if let Some((b, c)) = self.pair.take_if(|(a, b)| *a == victim || *b == victim)
+            && let Some(v) = self.versions.get(&c)
+        {
+            let meta = v.meta.clone();
+            self.ended.retain(|e| e.candidate != c);
+            self.ended.push(Ended { baseline: b, candidate: c, meta, since: now });
+        }
+        self.versions.remove(&victim);
+        strip(self.windows.iter_mut().chain(self.ring.iter_mut()), &victim);
+        tracing::debug!(version = %victim, "delta_ab: evicted a version at max_versions");
+        1
+    }
+}
+
 /// Open windows of every group, indexed by window end for closing in order.
 pub struct State {
     params: Params,
+    pairing: Pairing,
     groups: BTreeMap<Vec<String>, Group>,
     open: BTreeSet<(u64, Vec<String>)>,
     watermark: u64,
@@ -169,8 +383,16 @@ pub struct State {
 
 impl State {
     /// An empty state.
-    pub fn new(params: Params) -> Self {
-        State { params, groups: BTreeMap::new(), open: BTreeSet::new(), watermark: 0, seq: 0, next_idle_check: 0 }
+    pub fn new(params: Params, pairing: Pairing) -> Self {
+        State {
+            params,
+            pairing,
+            groups: BTreeMap::new(),
+            open: BTreeSet::new(),
+            watermark: 0,
+            seq: 0,
+            next_idle_check: 0,
+        }
     }
 
     /// Number of groups held.
@@ -178,68 +400,91 @@ impl State {
         self.groups.len()
     }
 
-    /// Adds a point of group `key`. `meta` is called for a new group, and for the first candidate
-    /// point of a group whose output metadata came from a baseline point. Returns the number of
-    /// groups evicted to make room (`max_series`).
+    /// Seed of the reservoir of `version` in a window whose seed is `seed`.
+    fn side_seed(&self, seed: u64, version: &str) -> u64 {
+        match &self.pairing {
+            Pairing::Explicit { baseline, .. } if version == baseline => seed ^ 0xA,
+            Pairing::Explicit { .. } => splitmix64(seed ^ 0xB),
+            Pairing::Auto { .. } => splitmix64(seed ^ fnv1a(FNV_OFFSET, version.as_bytes())),
+        }
+    }
+
+    /// Adds a point of `version` in group `key`. `meta` is called when the version is new to the
+    /// group (its resource and scope name the outputs where it is the candidate). Returns what
+    /// was evicted to make room (`max_series`, `max_versions`).
     pub fn add<E>(
         &mut self,
         key: &[String],
         time: u64,
         value: f64,
-        which: Which,
+        version: &str,
         id: u64,
         meta: impl FnOnce() -> Result<(Resource, InstrumentationScope), E>,
-    ) -> Result<Result<usize, Skip>, E> {
+    ) -> Result<Result<Evicted, Skip>, E> {
         if time < self.watermark {
             return Ok(Err(Skip::Late));
         }
-        let from_candidate = which == Which::Candidate;
-        let mut evicted = 0;
-        match self.groups.get_mut(key) {
-            Some(g) => {
-                if from_candidate && !g.meta.from_candidate {
-                    let (resource, scope) = meta()?;
-                    g.meta = Meta { resource, scope, from_candidate };
-                }
+        let new_version = self.groups.get(key).is_none_or(|g| !g.versions.contains_key(version));
+        let fresh = if new_version { Some(meta()?) } else { None };
+        let mut evicted = Evicted::default();
+        if !self.groups.contains_key(key) {
+            if self.groups.len() >= self.params.max_series {
+                evicted.groups = self.evict_least_recent();
             }
-            None => {
-                let (resource, scope) = meta()?;
-                if self.groups.len() >= self.params.max_series {
-                    evicted = self.evict_least_recent();
-                }
-                self.next_idle_check = self.next_idle_check.min(time.saturating_add(self.params.idle_ns));
-                let group = Group {
-                    meta: Meta { resource, scope, from_candidate },
-                    windows: Vec::new(),
-                    ring: VecDeque::new(),
-                    last_point: time,
-                    last_seen: 0,
-                };
-                self.groups.insert(key.to_vec(), group);
-            }
+            self.next_idle_check = self.next_idle_check.min(time.saturating_add(self.params.idle_ns));
+            self.groups.insert(key.to_vec(), Group::new(time));
         }
         self.seq += 1;
+        let seq = self.seq;
         let w = self.params.window_ns;
         let start = time - time % w;
         let cap = self.params.max_samples;
+        let seed = window_seed(key, start);
+        let side_seed = self.side_seed(seed, version);
+        let (watermark, max_versions) = match self.pairing {
+            Pairing::Auto { max_versions, .. } => (self.watermark, max_versions),
+            Pairing::Explicit { .. } => (self.watermark, usize::MAX),
+        };
         let Some(g) = self.groups.get_mut(key) else { return Ok(Ok(evicted)) };
-        g.last_seen = self.seq;
+        g.last_seen = seq;
         g.last_point = g.last_point.max(time);
+        match (g.versions.get_mut(version), fresh) {
+            (Some(v), _) => v.touched = seq,
+            (None, fresh) => {
+                if g.versions.len() >= max_versions {
+                    evicted.versions = g.evict_version(watermark);
+                }
+                let (resource, scope) = fresh.unwrap_or_default();
+                g.versions
+                    .insert(version.to_string(), Version { meta: Meta { resource, scope }, seen: None, touched: seq });
+            }
+        }
         let i = match g.windows.iter().rposition(|x| x.start == start) {
             Some(i) => i,
             None => {
                 let end = start.saturating_add(w);
-                let seed = window_seed(key, start);
                 self.open.insert((end, key.to_vec()));
-                g.windows.push(Window { start, end, a: Side::new(seed ^ 0xA), b: Side::new(splitmix64(seed ^ 0xB)) });
+                g.windows.push(Window { start, end, sides: Vec::new() });
                 g.windows.len() - 1
             }
         };
-        if let Some(win) = g.windows.get_mut(i) {
-            match which {
-                Which::Baseline => win.a.add(value, id, cap),
-                Which::Candidate => win.b.add(value, id, cap),
+        let Some(win) = g.windows.get_mut(i) else { return Ok(Ok(evicted)) };
+        let j = match win.sides.iter().position(|s| s.version == version) {
+            Some(j) => j,
+            None => {
+                win.sides.push(VersionSide {
+                    version: version.to_string(),
+                    first: time,
+                    last: time,
+                    side: Side::new(side_seed),
+                });
+                win.sides.len() - 1
             }
+        };
+        if let Some(s) = win.sides.get_mut(j) {
+            s.first = s.first.min(time);
+            s.last = s.last.max(time);
+            s.side.add(value, id, cap);
         }
         Ok(Ok(evicted))
     }
@@ -266,10 +511,10 @@ impl State {
     }
 
     /// Closes every window ending at or before `watermark`, in (end, group) order, passing each
-    /// with its look-back to `emit`, then keeps it in the group's ring (dropping the windows no
-    /// later look-back can use); then forgets idle groups. Returns the number of idle groups
+    /// group's outputs for it to `emit`, then keeps it in the group's ring (dropping the windows
+    /// no later look-back can use); then forgets idle groups. Returns the number of idle groups
     /// forgotten.
-    pub fn close_until(&mut self, watermark: u64, mut emit: impl FnMut(&[String], &Meta, Lookback<'_>)) -> usize {
+    pub fn close_until(&mut self, watermark: u64, mut emit: impl FnMut(&[String], Eval<'_>)) -> usize {
         if watermark < self.watermark {
             return 0;
         }
@@ -279,13 +524,83 @@ impl State {
             self.open.remove(&(end, key.clone()));
             let Some(g) = self.groups.get_mut(&key) else { continue };
             let Some(i) = g.windows.iter().position(|w| w.end == end) else { continue };
-            let w = g.windows.swap_remove(i);
+            let mut w = g.windows.swap_remove(i);
             let n = lookback_len(&g.ring, &w, &self.params);
             // Windows older than this look-back (by time or by `max_points`) never enter a later
             // one: later look-backs start later and hold at least these newer windows.
             let drop = g.ring.len() - n;
             g.ring.drain(..drop);
-            emit(&key, &g.meta, Lookback { earlier: g.ring.make_contiguous(), current: &w });
+            for s in &w.sides {
+                if let Some(v) = g.versions.get_mut(&s.version) {
+                    v.seen = Some(v.seen.map_or((s.first, s.last), |(f, l)| (f.min(s.first), l.max(s.last))));
+                }
+            }
+            let l = Lookback { earlier: g.ring.make_contiguous(), current: &w };
+            match &self.pairing {
+                Pairing::Explicit { baseline, candidate } => {
+                    if let Some(v) = g.versions.get(candidate).or_else(|| g.versions.get(baseline)) {
+                        emit(&key, Eval::Compare { baseline, candidate, meta: &v.meta, live: None, lookback: l });
+                    }
+                }
+                Pairing::Auto { live_ns, max_versions } => {
+                    let from = end.saturating_sub(*live_ns);
+                    let live: Vec<(&str, u64)> = g
+                        .versions
+                        .iter()
+                        .filter_map(|(name, v)| {
+                            v.seen.filter(|s| s.1 >= from).map(|s| (name.as_str(), s.0 - s.0 % self.params.window_ns))
+                        })
+                        .collect();
+                    let next = choose(&live, &l);
+                    let n_live = live.len();
+                    if let Some((b, c)) = g.pair.take()
+                        && next.as_ref().is_none_or(|p| p.1 != c)
+                        && let Some(v) = g.versions.get(&c)
+                    {
+                        // The pair ended; a new pair with the same candidate continues its identity.
+                        let meta = v.meta.clone();
+                        g.ended.retain(|e| e.candidate != c);
+                        g.ended.push(Ended { baseline: b, candidate: c, meta, since: end });
+                    }
+                    g.pair = next;
+                    let current = g.pair.as_ref().map(|p| p.1.as_str());
+                    g.ended.retain(|e| end < e.since.saturating_add(*live_ns) && Some(e.candidate.as_str()) != current);
+                    let excess = g.ended.len().saturating_sub(*max_versions);
+                    g.ended.drain(..excess);
+                    if let Some((b, c)) = &g.pair
+                        && let Some(v) = g.versions.get(c)
+                    {
+                        let ev =
+                            Eval::Compare { baseline: b, candidate: c, meta: &v.meta, live: Some(n_live), lookback: l };
+                        emit(&key, ev);
+                    }
+                    for e in &g.ended {
+                        let ev = Eval::Ended {
+                            baseline: &e.baseline,
+                            candidate: &e.candidate,
+                            meta: &e.meta,
+                            live: n_live,
+                            end,
+                        };
+                        emit(&key, ev);
+                    }
+                    // Forget the versions no longer live, outside the pair and without an open window.
+                    let gone: Vec<String> = g
+                        .versions
+                        .iter()
+                        .filter(|(name, v)| {
+                            v.seen.is_some_and(|s| s.1 < from)
+                                && g.pair.as_ref().is_none_or(|(a, b)| a != *name && b != *name)
+                                && !g.windows.iter().any(|w| w.side(name).is_some())
+                        })
+                        .map(|(name, _)| name.clone())
+                        .collect();
+                    for name in gone {
+                        g.versions.remove(&name);
+                        strip(g.ring.iter_mut().chain(std::iter::once(&mut w)), &name);
+                    }
+                }
+            }
             if self.params.lookback_ns > self.params.window_ns {
                 g.ring.push_back(w);
             }
@@ -324,13 +639,33 @@ impl State {
             .iter()
             .map(|(key, g)| GroupRepr {
                 key: key.clone(),
-                resource: g.meta.resource.encode_to_vec(),
-                scope: g.meta.scope.encode_to_vec(),
-                from_candidate: g.meta.from_candidate,
+                versions: g
+                    .versions
+                    .iter()
+                    .map(|(name, v)| VersionRepr {
+                        name: name.clone(),
+                        resource: v.meta.resource.encode_to_vec(),
+                        scope: v.meta.scope.encode_to_vec(),
+                        seen: v.seen,
+                        touched: v.touched,
+                    })
+                    .collect(),
                 last_point: g.last_point,
                 last_seen: g.last_seen,
                 windows: g.windows.clone(),
                 ring: g.ring.iter().cloned().collect(),
+                pair: g.pair.clone(),
+                ended: g
+                    .ended
+                    .iter()
+                    .map(|e| EndedRepr {
+                        baseline: e.baseline.clone(),
+                        candidate: e.candidate.clone(),
+                        resource: e.meta.resource.encode_to_vec(),
+                        scope: e.meta.scope.encode_to_vec(),
+                        since: e.since,
+                    })
+                    .collect(),
             })
             .collect();
         postcard::to_allocvec(&SnapshotRepr {
@@ -350,14 +685,35 @@ impl State {
         let w = self.params.window_ns;
         let mut groups = BTreeMap::new();
         let mut open = BTreeSet::new();
-        let valid = |win: &Window| {
-            let sides_ok =
-                [&win.a, &win.b].iter().all(|s| s.values.len() == s.ids.len() && s.values.len() as u64 <= s.seen);
+        let valid = |win: &Window, versions: &BTreeMap<String, Version>| {
+            let sides_ok = win.sides.iter().enumerate().all(|(i, s)| {
+                let side = &s.side;
+                side.values.len() == side.ids.len()
+                    && side.values.len() as u64 <= side.seen
+                    && win.start <= s.first
+                    && s.first <= s.last
+                    && s.last < win.end
+                    && versions.contains_key(&s.version)
+                    && !win.sides[..i].iter().any(|o| o.version == s.version)
+            });
             win.start.is_multiple_of(w) && win.end == win.start.saturating_add(w) && sides_ok
         };
         for g in repr.groups {
+            let mut versions = BTreeMap::new();
+            for v in g.versions {
+                if v.seen.is_some_and(|(f, l)| f > l) {
+                    return Err(RestoreError::Invalid("version"));
+                }
+                let meta = Meta {
+                    resource: Resource::decode(v.resource.as_slice())?,
+                    scope: InstrumentationScope::decode(v.scope.as_slice())?,
+                };
+                if versions.insert(v.name, Version { meta, seen: v.seen, touched: v.touched }).is_some() {
+                    return Err(RestoreError::Invalid("duplicate version"));
+                }
+            }
             for win in &g.windows {
-                if !valid(win) || win.end <= repr.watermark {
+                if !valid(win, &versions) || win.end <= repr.watermark {
                     return Err(RestoreError::Invalid("window"));
                 }
                 if !open.insert((win.end, g.key.clone())) {
@@ -366,22 +722,32 @@ impl State {
             }
             let mut prev_end = 0;
             for win in &g.ring {
-                if !valid(win) || win.start < prev_end || win.end > repr.watermark {
+                if !valid(win, &versions) || win.start < prev_end || win.end > repr.watermark {
                     return Err(RestoreError::Invalid("look-back window"));
                 }
                 prev_end = win.end;
             }
-            let meta = Meta {
-                resource: Resource::decode(g.resource.as_slice())?,
-                scope: InstrumentationScope::decode(g.scope.as_slice())?,
-                from_candidate: g.from_candidate,
-            };
+            if let Some((b, c)) = &g.pair
+                && (b == c || !versions.contains_key(b) || !versions.contains_key(c))
+            {
+                return Err(RestoreError::Invalid("pair"));
+            }
+            let mut ended = Vec::with_capacity(g.ended.len());
+            for e in g.ended {
+                let meta = Meta {
+                    resource: Resource::decode(e.resource.as_slice())?,
+                    scope: InstrumentationScope::decode(e.scope.as_slice())?,
+                };
+                ended.push(Ended { baseline: e.baseline, candidate: e.candidate, meta, since: e.since });
+            }
             let group = Group {
-                meta,
+                versions,
                 windows: g.windows,
                 ring: g.ring.into(),
                 last_point: g.last_point,
                 last_seen: g.last_seen,
+                pair: g.pair,
+                ended,
             };
             if groups.insert(g.key, group).is_some() {
                 return Err(RestoreError::Invalid("duplicate group"));
@@ -429,13 +795,31 @@ struct SnapshotRepr {
 #[derive(Serialize, Deserialize)]
 struct GroupRepr {
     key: Vec<String>,
-    resource: Vec<u8>,
-    scope: Vec<u8>,
-    from_candidate: bool,
+    versions: Vec<VersionRepr>,
     last_point: u64,
     last_seen: u64,
     windows: Vec<Window>,
     ring: Vec<Window>,
+    pair: Option<(String, String)>,
+    ended: Vec<EndedRepr>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct VersionRepr {
+    name: String,
+    resource: Vec<u8>,
+    scope: Vec<u8>,
+    seen: Option<(u64, u64)>,
+    touched: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EndedRepr {
+    baseline: String,
+    candidate: String,
+    resource: Vec<u8>,
+    scope: Vec<u8>,
+    since: u64,
 }
 
 #[cfg(test)]
@@ -448,6 +832,10 @@ mod tests {
         Params { window_ns: 60 * S, idle_ns: 120 * S, max_series, max_samples, lookback_ns: 60 * S, max_points: 1000 }
     }
 
+    fn explicit() -> Pairing {
+        Pairing::Explicit { baseline: "A".into(), candidate: "B".into() }
+    }
+
     fn meta() -> Result<(Resource, InstrumentationScope), ()> {
         Ok((Resource::default(), InstrumentationScope::default()))
     }
@@ -456,44 +844,54 @@ mod tests {
         vec![s.to_string()]
     }
 
+    /// The look-back of a comparison (other outputs: `None`).
+    fn compared(ev: Eval<'_>) -> Option<Lookback<'_>> {
+        match ev {
+            Eval::Compare { lookback, .. } => Some(lookback),
+            Eval::Ended { .. } => None,
+        }
+    }
+
     #[test]
     fn reservoir_keeps_the_cap_and_counts_every_point() {
-        let mut st = State::new(params(10, 50));
+        let mut st = State::new(params(10, 50), explicit());
         for i in 0..1000 {
-            st.add(&key("m"), S + i, i as f64, Which::Baseline, 0, meta).unwrap().unwrap();
+            st.add(&key("m"), S + i, i as f64, "A", 0, meta).unwrap().unwrap();
         }
         let mut got = Vec::new();
-        st.close_until(60 * S, |_, _, l| {
-            let w = l.current;
-            got.push((w.a.seen, w.a.values.len(), w.b.seen, w.a.values.clone()))
+        st.close_until(60 * S, |_, ev| {
+            let w = compared(ev).unwrap().current;
+            let a = w.side("A").unwrap();
+            got.push((a.seen, a.values.len(), w.side("B").is_none(), a.values.clone()))
         });
         assert_eq!(got.len(), 1);
-        let (seen, kept, b_seen, values) = &got[0];
-        assert_eq!((*seen, *kept, *b_seen), (1000, 50, 0));
+        let (seen, kept, no_b, values) = &got[0];
+        assert_eq!((*seen, *kept, *no_b), (1000, 50, true));
         assert!(values.iter().any(|&v| v >= 50.0), "later points enter the reservoir");
     }
 
     #[test]
     fn evicts_least_recent_and_forgets_idle_groups() {
-        let mut st = State::new(params(10, 100));
+        let mut st = State::new(params(10, 100), explicit());
         for g in 0..10 {
-            st.add(&key(&g.to_string()), S, 1.0, Which::Baseline, 0, meta).unwrap().unwrap();
+            st.add(&key(&g.to_string()), S, 1.0, "A", 0, meta).unwrap().unwrap();
         }
-        st.add(&key("0"), S, 1.0, Which::Candidate, 0, meta).unwrap().unwrap();
-        assert_eq!(st.add(&key("new"), S, 1.0, Which::Baseline, 0, meta).unwrap(), Ok(1));
+        st.add(&key("0"), S, 1.0, "B", 0, meta).unwrap().unwrap();
+        assert_eq!(st.add(&key("new"), S, 1.0, "A", 0, meta).unwrap(), Ok(Evicted { groups: 1, versions: 0 }));
         assert_eq!(st.series_count(), 10);
         let mut keys = Vec::new();
-        st.close_until(60 * S, |k, _, _| keys.push(k[0].clone()));
+        st.close_until(60 * S, |k, _| keys.push(k[0].clone()));
         assert!(!keys.contains(&"1".to_string()) && keys.contains(&"0".to_string()), "{keys:?}");
-        assert_eq!(st.add(&key("0"), 59 * S, 1.0, Which::Baseline, 0, meta).unwrap(), Err(Skip::Late));
-        assert_eq!(st.close_until(121 * S, |_, _, _| {}), 10, "no point for idle_timeout");
+        assert_eq!(st.add(&key("0"), 59 * S, 1.0, "A", 0, meta).unwrap(), Err(Skip::Late));
+        assert_eq!(st.close_until(121 * S, |_, _| {}), 10, "no point for idle_timeout");
         assert_eq!(st.series_count(), 0);
     }
 
     /// Starts (in windows) of the earlier windows and of the current one at each close.
     fn close_all(st: &mut State, until: u64) -> Vec<(Vec<u64>, u64, f64)> {
         let mut got = Vec::new();
-        st.close_until(until, |_, _, l| {
+        st.close_until(until, |_, ev| {
+            let Some(l) = compared(ev) else { return };
             let earlier = l.earlier.iter().map(|w| w.start / (60 * S)).collect();
             got.push((earlier, l.current.start / (60 * S), (l.current.end - l.start()) as f64 / 1e9));
         });
@@ -502,10 +900,10 @@ mod tests {
 
     #[test]
     fn lookback_holds_the_last_windows_and_skips_gaps() {
-        let mut st = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) });
+        let mut st = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) }, explicit());
         // Points in windows 0, 1, 2, 3 and 6 (none in 4 and 5).
         for w in [0u64, 1, 2, 3, 6] {
-            st.add(&key("m"), w * 60 * S + S, 1.0, Which::Baseline, 0, meta).unwrap().unwrap();
+            st.add(&key("m"), w * 60 * S + S, 1.0, "A", 0, meta).unwrap().unwrap();
         }
         let got = close_all(&mut st, 7 * 60 * S);
         assert_eq!(
@@ -524,10 +922,10 @@ mod tests {
 
     #[test]
     fn max_points_drops_the_oldest_windows() {
-        let mut st = State::new(Params { lookback_ns: 600 * S, max_points: 25, ..params(10, 10) });
+        let mut st = State::new(Params { lookback_ns: 600 * S, max_points: 25, ..params(10, 10) }, explicit());
         for w in 0u64..5 {
             for i in 0..10 {
-                st.add(&key("m"), w * 60 * S + i, 1.0, Which::Candidate, 0, meta).unwrap().unwrap();
+                st.add(&key("m"), w * 60 * S + i, 1.0, "B", 0, meta).unwrap().unwrap();
             }
         }
         let got = close_all(&mut st, 5 * 60 * S);
@@ -536,18 +934,18 @@ mod tests {
         assert_eq!(earlier, vec![vec![], vec![0], vec![1], vec![2], vec![3]]);
         assert_eq!(got[4].2, 120.0, "the span actually used");
         let g = &st.groups[&key("m")];
-        assert!(g.ring.iter().map(|w| w.b.values.len()).sum::<usize>() <= 25);
+        assert!(g.ring.iter().filter_map(|w| w.side("B")).map(|s| s.values.len()).sum::<usize>() <= 25);
     }
 
     #[test]
     fn snapshot_keeps_the_ring_and_refuses_a_broken_one() {
-        let mut st = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) });
+        let mut st = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) }, explicit());
         for w in 0u64..3 {
-            st.add(&key("m"), w * 60 * S, w as f64, Which::Baseline, 7, meta).unwrap().unwrap();
+            st.add(&key("m"), w * 60 * S, w as f64, "A", 7, meta).unwrap().unwrap();
         }
         close_all(&mut st, 2 * 60 * S);
         let bytes = st.snapshot().unwrap();
-        let mut other = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) });
+        let mut other = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) }, explicit());
         other.restore(&bytes).unwrap();
         assert_eq!(other.snapshot().unwrap(), bytes);
         assert_eq!(close_all(&mut other, 3 * 60 * S), close_all(&mut st, 3 * 60 * S));
@@ -557,18 +955,148 @@ mod tests {
         repr.groups[0].ring.reverse();
         broken = postcard::to_allocvec(&repr).unwrap();
         assert!(matches!(other.restore(&broken), Err(RestoreError::Invalid("look-back window"))));
+        // A window of a version missing from the version table.
+        let mut repr: SnapshotRepr = postcard::from_bytes(&bytes).unwrap();
+        repr.groups[0].versions.clear();
+        let orphan = postcard::to_allocvec(&repr).unwrap();
+        assert!(matches!(other.restore(&orphan), Err(RestoreError::Invalid(_))));
     }
 
     #[test]
     fn snapshot_round_trips_and_refuses_another_window() {
-        let mut st = State::new(params(10, 100));
-        st.add(&key("m"), S, 1.0, Which::Baseline, 7, meta).unwrap().unwrap();
+        let mut st = State::new(params(10, 100), explicit());
+        st.add(&key("m"), S, 1.0, "A", 7, meta).unwrap().unwrap();
         let bytes = st.snapshot().unwrap();
-        let mut other = State::new(params(10, 100));
+        let mut other = State::new(params(10, 100), explicit());
         other.restore(&bytes).unwrap();
         assert_eq!(other.snapshot().unwrap(), bytes);
-        let mut wrong = State::new(Params { window_ns: 30 * S, ..params(10, 100) });
+        let mut wrong = State::new(Params { window_ns: 30 * S, ..params(10, 100) }, explicit());
         assert!(matches!(wrong.restore(&bytes), Err(RestoreError::Window { .. })));
         assert!(other.restore(&bytes[..bytes.len() - 2]).is_err());
+    }
+
+    #[test]
+    fn natural_order_compares_digit_runs_as_numbers() {
+        for (a, b) in [("v1", "v2"), ("v9", "v10"), ("1.9.0", "1.10.0"), ("v2", "v2-rc"), ("a", "b"), ("v01", "v1")] {
+            assert_eq!(natural_cmp(a, b), Ordering::Less, "{a} < {b}");
+            assert_eq!(natural_cmp(b, a), Ordering::Greater, "{b} > {a}");
+        }
+        assert_eq!(natural_cmp("v3", "v3"), Ordering::Equal);
+    }
+
+    #[test]
+    fn versions_first_seen_in_one_window_pair_by_name() {
+        // v10 has the earlier point, but both start in window 0: v9 is the older.
+        let mut st = State::new(params(10, 100), auto(600, 8));
+        st.add(&key("m"), S, 1.0, "v10", 0, meta).unwrap().unwrap();
+        st.add(&key("m"), 2 * S, 1.0, "v9", 0, meta).unwrap().unwrap();
+        assert_eq!(outputs(&mut st, 60 * S), vec![o("compare", "v9", "v10", 1)]);
+    }
+
+    fn auto(live_s: u64, max_versions: usize) -> Pairing {
+        Pairing::Auto { live_ns: live_s * S, max_versions }
+    }
+
+    /// Each output of the windows closed up to `until`: ("compare" | "ended", baseline, candidate,
+    /// window end in minutes).
+    fn outputs(st: &mut State, until: u64) -> Vec<(&'static str, String, String, u64)> {
+        let mut got = Vec::new();
+        st.close_until(until, |_, ev| match ev {
+            Eval::Compare { baseline, candidate, lookback, .. } => {
+                got.push(("compare", baseline.to_string(), candidate.to_string(), lookback.current.end / (60 * S)))
+            }
+            Eval::Ended { baseline, candidate, end, .. } => {
+                got.push(("ended", baseline.to_string(), candidate.to_string(), end / (60 * S)))
+            }
+        });
+        got
+    }
+
+    fn o(kind: &'static str, b: &str, c: &str, m: u64) -> (&'static str, String, String, u64) {
+        (kind, b.into(), c.into(), m)
+    }
+
+    #[test]
+    fn auto_pairs_the_two_live_versions_and_ends_when_one_stops() {
+        // Live for 2 windows; v1 in windows 0..=2, v2 from window 1 to 6.
+        let mut st = State::new(Params { idle_ns: 3600 * S, ..params(10, 100) }, auto(120, 8));
+        for w in 0u64..7 {
+            let t = w * 60 * S + 30 * S;
+            if w <= 2 {
+                st.add(&key("m"), t, 1.0, "v1", 0, meta).unwrap().unwrap();
+            }
+            if w >= 1 {
+                st.add(&key("m"), t + S, 1.0, "v2", 0, meta).unwrap().unwrap();
+            }
+        }
+        let got = outputs(&mut st, 7 * 60 * S);
+        assert_eq!(
+            got,
+            vec![
+                // Window 0: v1 alone, nothing compared.
+                o("compare", "v1", "v2", 2),
+                o("compare", "v1", "v2", 3),
+                // v1's last point (2:30) is within 2 min of 4:00 but not of 5:00.
+                o("compare", "v1", "v2", 4),
+                o("ended", "v1", "v2", 5),
+                o("ended", "v1", "v2", 6),
+            ]
+        );
+        assert!(!st.groups[&key("m")].versions.contains_key("v1"), "v1 is forgotten once not live");
+        assert!(outputs(&mut st, 8 * 60 * S).is_empty());
+    }
+
+    #[test]
+    fn auto_with_three_live_compares_the_newest_against_the_most_seen() {
+        let mut st = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) }, auto(180, 8));
+        // v1 oldest with 1 point per window, v2 with 5, then v3 new in window 1.
+        for w in 0u64..2 {
+            let t = w * 60 * S;
+            st.add(&key("m"), t, 1.0, "v1", 0, meta).unwrap().unwrap();
+            for i in 0..5 {
+                st.add(&key("m"), t + S + i, 1.0, "v2", 0, meta).unwrap().unwrap();
+            }
+        }
+        st.add(&key("m"), 60 * S + 10 * S, 1.0, "v3", 0, meta).unwrap().unwrap();
+        let got = outputs(&mut st, 2 * 60 * S);
+        assert_eq!(got, vec![o("compare", "v1", "v2", 1), o("compare", "v2", "v3", 2), o("ended", "v1", "v2", 2)]);
+    }
+
+    #[test]
+    fn max_versions_evicts_the_least_recent_outside_the_pair() {
+        let mut st = State::new(params(10, 100), auto(600, 3));
+        for (i, v) in ["a", "b", "c"].iter().enumerate() {
+            st.add(&key("m"), S + i as u64, 1.0, v, 0, meta).unwrap().unwrap();
+        }
+        // One point each: the newest against the oldest.
+        assert_eq!(outputs(&mut st, 60 * S), vec![o("compare", "a", "c", 1)]);
+        st.add(&key("m"), 61 * S, 1.0, "a", 0, meta).unwrap().unwrap();
+        st.add(&key("m"), 62 * S, 1.0, "b", 0, meta).unwrap().unwrap();
+        st.add(&key("m"), 63 * S, 1.0, "c", 0, meta).unwrap().unwrap();
+        // "a" is the least recently seen, but it is in the pair: "b" goes.
+        let e = st.add(&key("m"), 64 * S, 1.0, "d", 0, meta).unwrap().unwrap();
+        assert_eq!(e, Evicted { groups: 0, versions: 1 });
+        let g = &st.groups[&key("m")];
+        assert_eq!(g.versions.keys().map(String::as_str).collect::<Vec<_>>(), vec!["a", "c", "d"]);
+        assert!(g.windows.iter().chain(&g.ring).all(|w| w.side("b").is_none()), "its values leave with it");
+    }
+
+    #[test]
+    fn auto_snapshot_keeps_the_version_table_and_the_ended_pairs() {
+        let mut st = State::new(params(10, 100), auto(120, 8));
+        for w in 0u64..4 {
+            if w <= 1 {
+                st.add(&key("m"), w * 60 * S, 1.0, "v1", 0, meta).unwrap().unwrap();
+            }
+            st.add(&key("m"), w * 60 * S + S, 1.0, "v2", 0, meta).unwrap().unwrap();
+        }
+        let head = outputs(&mut st, 2 * 60 * S);
+        assert_eq!(head, vec![o("compare", "v1", "v2", 1), o("compare", "v1", "v2", 2)]);
+        let bytes = st.snapshot().unwrap();
+        let mut other = State::new(params(10, 100), auto(120, 8));
+        other.restore(&bytes).unwrap();
+        assert_eq!(other.snapshot().unwrap(), bytes);
+        assert_eq!(other.groups, st.groups, "the version table and pair survive");
+        assert_eq!(outputs(&mut other, 4 * 60 * S), outputs(&mut st, 4 * 60 * S));
     }
 }

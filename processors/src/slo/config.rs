@@ -134,8 +134,11 @@ pub struct ObjectiveConfig {
     pub target: Target,
     /// The compliance period (default 28d; whole hours, at most 90d).
     pub period: Span,
-    /// spans (default), scrape or any.
+    /// spans (default), scrape or any: the source whose windows count as events.
     pub source: Source,
+    /// The sources the breach forecast reads (default any: each source's series is forecast on
+    /// its own, so nothing counts twice).
+    pub forecast_source: Source,
     /// Only this model (`gen_ai.request.model`; empty: every model).
     pub model: String,
     /// Attributes whose values make one SLO group (default: the model).
@@ -156,6 +159,7 @@ impl Default for ObjectiveConfig {
             target: Target::default(),
             period: Span::days(28),
             source: Source::Spans,
+            forecast_source: Source::Any,
             model: String::new(),
             by: vec!["gen_ai.request.model".into()],
             forecast: None,
@@ -227,8 +231,10 @@ pub struct Objective {
     pub target: f64,
     /// Period in whole hours.
     pub period_hours: u64,
-    /// Source selection.
+    /// Source selection of the events.
     pub source: Source,
+    /// Source selection of the forecast.
+    pub forecast_source: Source,
     /// Model filter (empty: all).
     pub model: String,
     /// Group attributes.
@@ -365,6 +371,7 @@ impl ObjectiveConfig {
             target: t,
             period_hours: p / HOUR_NS,
             source: self.source,
+            forecast_source: self.forecast_source,
             model: self.model.trim().to_string(),
             by: self.by.clone(),
             forecast,

@@ -95,8 +95,11 @@ fn str_attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
 
 /// Whether a point with these attributes counts for `obj` (source and model filters).
 fn selects(obj: &Objective, attrs: &[KeyValue]) -> bool {
-    obj.source.accepts(str_attr(attrs, "source"))
-        && (obj.model.is_empty() || str_attr(attrs, "gen_ai.request.model") == Some(obj.model.as_str()))
+    obj.source.accepts(str_attr(attrs, "source")) && model_matches(obj, attrs)
+}
+
+fn model_matches(obj: &Objective, attrs: &[KeyValue]) -> bool {
+    obj.model.is_empty() || str_attr(attrs, "gen_ai.request.model") == Some(obj.model.as_str())
 }
 
 /// Every string attribute, sorted (an input series' identity within one batch flow).
@@ -115,7 +118,9 @@ impl Slo {
             .map(|o| {
                 let forecast = o.forecast.clone().map(|f| {
                     let sel = o.clone();
-                    let accept: SeriesFilter = Box::new(move |attrs: &[KeyValue]| selects(&sel, attrs));
+                    let accept: SeriesFilter = Box::new(move |attrs: &[KeyValue]| {
+                        sel.forecast_source.accepts(str_attr(attrs, "source")) && model_matches(&sel, attrs)
+                    });
                     TrendForecast::embedded(f, ctx, output::identity(o), accept)
                 });
                 Runner {
