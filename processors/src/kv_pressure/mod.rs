@@ -291,12 +291,13 @@ impl Checked {
     }
 
     /// Score, level and evidence of group `g` at `now`, for a point of input metric `input`.
-    /// During the group's warm-up a low hit rate meets no condition (the others are unchanged).
+    /// During the group's warm-up, and until its hit rate has once been at or above the threshold,
+    /// a low hit rate meets no condition (the others are unchanged).
     fn evaluate(&self, g: &Group, now: u64, input: &str) -> (f64, f64, Vec<KeyValue>) {
         let inputs = g.fresh(now, self.stale_ns);
         let mut flags = Flags::of(&inputs, &self.thresholds);
         let warming = inputs.get(Input::HitRate).is_some() && g.warming_up(now, self.warmup_ns);
-        if warming {
+        if warming || !g.hit_rate_seen_high {
             flags.hit_rate_low = false;
         }
         let mut evidence: Vec<KeyValue> =
@@ -394,6 +395,9 @@ impl ArrowProcessor for KvPressure {
             evicted += n;
             let Some(group) = group else { continue };
             group.set(input, p.time, p.value);
+            if input == Input::HitRate && p.value >= cfg.thresholds.hit_rate {
+                group.hit_rate_seen_high = true;
+            }
             let (score, level, evidence) = cfg.evaluate(group, p.time, p.name);
             let resource = rows.resource(row)?.clone();
             let scope = rows.scope(row)?;

@@ -81,6 +81,9 @@ pub struct Group {
     pub warm_from: u64,
     /// The counters of `reset_metrics` seen for this group.
     pub counters: Vec<Counter>,
+    /// Whether the prefix-cache hit rate was ever at or above its threshold: a low hit rate is
+    /// pressure only for a cache that used to hit (a workload without shared prefixes never does).
+    pub hit_rate_seen_high: bool,
     last_point: u64,
     last_seen: u64,
 }
