@@ -192,7 +192,7 @@ impl Ledger {
         Assessment { burn, budget_remaining, period, fired, score }
     }
 
-    /// Bytes held (for the state-size figures).
+    /// Buckets held (minute and hour), for the state-size figures.
     pub fn buckets(&self) -> usize {
         self.minutes.len() + self.hours.len()
     }

@@ -104,8 +104,13 @@ fn model_matches(obj: &Objective, attrs: &[KeyValue]) -> bool {
 
 /// Every string attribute, sorted (an input series' identity within one batch flow).
 fn series_key(attrs: &[KeyValue]) -> Vec<(String, String)> {
-    let mut k: Vec<(String, String)> =
-        attrs.iter().filter_map(|kv| str_attr(attrs, &kv.key).map(|v| (kv.key.clone(), v.to_string()))).collect();
+    let mut k: Vec<(String, String)> = attrs
+        .iter()
+        .filter_map(|kv| match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(Value::StringValue(s)) => Some((kv.key.clone(), s.clone())),
+            _ => None,
+        })
+        .collect();
     k.sort();
     k
 }
