@@ -154,7 +154,7 @@ async fn replay(cfg: Config, id: ComponentId, args: &ReplayArgs) -> anyhow::Resu
     let (telemetry, stop_telemetry) = crate::run::start_self_metrics(&cfg).await?;
     let control =
         Arc::new(ReplayControl { inputs: args.input.clone(), speed: args.speed, progress: Default::default() });
-    let host = Arc::new(Host { state: StateRegistry::new(), replay: Some(control.clone()) });
+    let host = Arc::new(Host { state: StateRegistry::new(), replay: Some(control.clone()), ..Default::default() });
     let mut service =
         Service::build_with_host(&cfg, &registry(), telemetry.clone(), host).context("cannot build the pipelines")?;
     if let Err(e) = service.start().await {

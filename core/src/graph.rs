@@ -251,6 +251,17 @@ impl Service {
             building: Vec::new(),
             nodes: Vec::new(),
         };
+        // Extensions first: they register the services (authenticators, queue storage) that
+        // receivers and exporters look up by id when they are created.
+        let mut extensions = Vec::new();
+        for (eid, _) in &config.service.extensions {
+            let Some(ecfg) = config.extensions.get(eid) else { continue };
+            let f = registry
+                .extension(&eid.type_name)
+                .ok_or_else(|| gerr("extension", eid, ComponentError::Start("unknown type".into())))?;
+            let e = f.create(b.ctx(eid), &ecfg.settings).map_err(|e| gerr("extension", eid, e))?;
+            extensions.push((eid.clone(), e));
+        }
         let mut receivers = Vec::new();
         for (rid, rcfg) in &config.receivers {
             let mut consumers: BTreeMap<Signal, Vec<ConsumerRef>> = BTreeMap::new();
@@ -274,15 +285,6 @@ impl Service {
             receivers.push((rid.clone(), r, rc));
         }
         // Pipelines fed only by connectors are built through their upstream pipelines above.
-        let mut extensions = Vec::new();
-        for (eid, _) in &config.service.extensions {
-            let Some(ecfg) = config.extensions.get(eid) else { continue };
-            let f = registry
-                .extension(&eid.type_name)
-                .ok_or_else(|| gerr("extension", eid, ComponentError::Start("unknown type".into())))?;
-            let e = f.create(b.ctx(eid), &ecfg.settings).map_err(|e| gerr("extension", eid, e))?;
-            extensions.push((eid.clone(), e));
-        }
         Ok(Service { receivers, nodes: b.nodes, extensions, status: StatusHandle::default(), host })
     }
 

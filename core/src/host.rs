@@ -2,6 +2,9 @@
 //! `inferwatch replay`, the replay request and its progress.
 
 use crate::state::StateRegistry;
+use parking_lot::RwLock;
+use std::any::Any;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,6 +16,32 @@ pub struct Host {
     pub state: Arc<StateRegistry>,
     /// Set by `inferwatch replay`: the inputs replay receivers read and where they report progress.
     pub replay: Option<Arc<ReplayControl>>,
+    /// What extensions offer to the other components (authenticators, queue storage), by id.
+    pub services: ExtensionServices,
+}
+
+/// Services extensions register at creation for the components built after them, keyed by
+/// the extension's id (`bearertokenauth/tenant-a`, `file_storage/queue`).
+#[derive(Default)]
+pub struct ExtensionServices {
+    map: RwLock<HashMap<String, Arc<dyn Any + Send + Sync>>>,
+}
+
+impl ExtensionServices {
+    /// Registers `service` under the extension id `id` (a second call replaces the first).
+    pub fn provide<T: Any + Send + Sync>(&self, id: &str, service: T) {
+        self.map.write().insert(id.to_string(), Arc::new(service));
+    }
+
+    /// The service of type `T` that extension `id` registered, if any.
+    pub fn get<T: Any + Send + Sync + Clone>(&self, id: &str) -> Option<T> {
+        self.map.read().get(id).and_then(|s| s.downcast_ref::<T>().cloned())
+    }
+
+    /// Whether extension `id` registered any service at all.
+    pub fn contains(&self, id: &str) -> bool {
+        self.map.read().contains_key(id)
+    }
 }
 
 impl Host {

@@ -1,6 +1,7 @@
 //! inferwatch core: telemetry data, component traits, configuration, the pipeline graph and self-telemetry.
 
 pub mod arrow;
+pub mod auth;
 pub mod component;
 pub mod config;
 pub mod consumer;

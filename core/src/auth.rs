@@ -1,0 +1,83 @@
+//! Authentication between the agent and its peers (otelcol's `configauth`): authenticator
+//! extensions register an [`Authenticator`] under their id; receivers check incoming requests
+//! with its server half, exporters and scrapes decorate outgoing requests with its client half.
+
+use std::sync::Arc;
+
+/// Why a request was refused (answered 401 / UNAUTHENTICATED; the text is safe to log and to
+/// return: it never contains the credential).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No credential in the request.
+    #[error("missing credentials")]
+    Missing,
+    /// A credential that does not match.
+    #[error("invalid credentials")]
+    Invalid,
+    /// The authenticator cannot decide (its token or password file is unreadable).
+    #[error("authenticator unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What an authenticated request carries on (for `include_metadata`): the principal's name,
+/// when the scheme has one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuthInfo {
+    /// User name (basic auth) or subject; `None` for anonymous bearer tokens.
+    pub subject: Option<String>,
+}
+
+/// The server half: checks one request's headers (HTTP headers or gRPC metadata, lower-case names).
+pub trait ServerAuth: Send + Sync {
+    /// `Ok` lets the request in; `Err` refuses it.
+    fn authenticate(&self, headers: &http::HeaderMap) -> Result<AuthInfo, AuthError>;
+}
+
+/// The client half: headers to add to each outgoing request.
+pub trait ClientAuth: Send + Sync {
+    /// The headers for the next request (a token file is re-read as it changes).
+    fn headers(&self) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, AuthError>;
+}
+
+/// What an authenticator extension registers in the host's services under its id.
+#[derive(Clone, Default)]
+pub struct Authenticator {
+    /// Checks incoming requests (receivers), if the extension is configured for it.
+    pub server: Option<Arc<dyn ServerAuth>>,
+    /// Decorates outgoing requests (exporters, scrapes), if the extension is configured for it.
+    pub client: Option<Arc<dyn ClientAuth>>,
+}
+
+/// `auth:` on a receiver's or exporter's settings (otelcol `configauth.Authentication`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    /// Id of the authenticator extension (`bearertokenauth`, `basicauth/clients`, ...).
+    pub authenticator: String,
+}
+
+impl AuthSettings {
+    /// The server half of the named extension, or why it cannot serve.
+    pub fn server(&self, host: &crate::host::Host) -> Result<Arc<dyn ServerAuth>, String> {
+        let a: Authenticator = host.services.get(&self.authenticator).ok_or_else(|| {
+            format!(
+                "auth.authenticator: extension {} is not defined or not enabled in service.extensions",
+                self.authenticator
+            )
+        })?;
+        a.server
+            .ok_or_else(|| format!("auth.authenticator: extension {} cannot authenticate servers", self.authenticator))
+    }
+
+    /// The client half of the named extension, or why it cannot serve.
+    pub fn client(&self, host: &crate::host::Host) -> Result<Arc<dyn ClientAuth>, String> {
+        let a: Authenticator = host.services.get(&self.authenticator).ok_or_else(|| {
+            format!(
+                "auth.authenticator: extension {} is not defined or not enabled in service.extensions",
+                self.authenticator
+            )
+        })?;
+        a.client
+            .ok_or_else(|| format!("auth.authenticator: extension {} cannot authenticate clients", self.authenticator))
+    }
+}
