@@ -81,3 +81,38 @@ impl AuthSettings {
             .ok_or_else(|| format!("auth.authenticator: extension {} cannot authenticate clients", self.authenticator))
     }
 }
+
+/// Who sent the request being processed (otelcol's `client.Info`): set by a receiver around its
+/// call into the pipeline; the request headers are kept only when the receiver has
+/// `include_metadata: true`. Queued exporters capture it at enqueue and restore it around each
+/// send, so `headers_setter` can forward tenant headers.
+#[derive(Debug, Clone, Default)]
+pub struct ClientInfo {
+    /// The peer's address, when known.
+    pub addr: Option<std::net::SocketAddr>,
+    /// What the receiver's authenticator said about the caller.
+    pub auth: Option<AuthInfo>,
+    /// Request headers / gRPC metadata (lower-case names), with `include_metadata` only.
+    pub metadata: http::HeaderMap,
+}
+
+tokio::task_local! {
+    static CLIENT_INFO: Arc<ClientInfo>;
+}
+
+impl ClientInfo {
+    /// Runs `fut` with `info` as the current client.
+    pub async fn scope<F: std::future::Future>(info: Arc<ClientInfo>, fut: F) -> F::Output {
+        CLIENT_INFO.scope(info, fut).await
+    }
+
+    /// The client of the request being processed, if a receiver set one.
+    pub fn current() -> Option<Arc<ClientInfo>> {
+        CLIENT_INFO.try_with(|c| c.clone()).ok()
+    }
+
+    /// The values of metadata key `key` (case-insensitive), as strings; empty when absent.
+    pub fn metadata_values(&self, key: &str) -> Vec<String> {
+        self.metadata.get_all(key).iter().filter_map(|v| v.to_str().ok().map(str::to_string)).collect()
+    }
+}

@@ -14,6 +14,7 @@ pub mod registry;
 pub mod settings;
 pub mod state;
 pub mod telemetry;
+pub mod tls;
 
 pub use component::{ComponentId, ComponentKind};
 pub use consumer::{ConsumeError, Consumer, RefuseReason};

@@ -16,7 +16,8 @@ pub mod parquet;
 pub mod prometheus;
 pub mod prometheusremotewrite;
 pub mod recording;
-pub mod tls;
+/// Client TLS (moved to core; re-exported for the exporters).
+pub use inferwatch_core::tls;
 
 mod common;
 pub mod optional;

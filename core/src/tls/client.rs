@@ -1,4 +1,4 @@
-//! Client TLS for the exporters, built on rustls with the ring provider.
+//! Client TLS (exporters and scrapes), built on rustls with the ring provider.
 //!
 //! One server-certificate verifier serves both transports: `ca_file` (only those roots, as
 //! otelcol), else the platform roots; `insecure_skip_verify` swaps in a verifier that accepts
@@ -6,8 +6,8 @@
 //! full [`rustls::ClientConfig`]; the `otlp` exporter hands the same verifier and the client
 //! identity to tonic.
 
-use inferwatch_core::component::FieldError;
-use inferwatch_core::settings::TlsClientSettings;
+use crate::component::FieldError;
+use crate::settings::TlsClientSettings;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};

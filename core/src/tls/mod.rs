@@ -1,0 +1,5 @@
+//! TLS for the agent's clients (exporters, scrapes) and, later, its servers.
+
+pub mod client;
+
+pub use client::*;
