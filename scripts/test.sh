@@ -68,6 +68,22 @@ as_root() {
         echo "need root to run: $*" >&2; return 1; fi
 }
 
+# apt-get that waits up to 10 minutes for the dpkg/apt locks another process holds (unattended
+# upgrades, a second install) instead of failing at once.
+apt_get() {
+    as_root apt-get -o DPkg::Lock::Timeout=600 "$@"
+}
+
+# Under CI=true a package the tests need but cannot be installed fails the step (loudly) instead
+# of letting the tests that need it error later; elsewhere it is a warning and those tests skip.
+missing_package() { # message
+    if [[ "${CI:-}" == "true" ]]; then
+        echo "ERROR: $1" >&2
+        return 1
+    fi
+    echo "WARNING: $1; the tests that need it will skip" >&2
+}
+
 ensure_venv() {
     if [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c 'import sys' 2>/dev/null; then
         :
@@ -79,8 +95,8 @@ ensure_venv() {
             local ver
             ver=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
             export DEBIAN_FRONTEND=noninteractive
-            as_root apt-get update -qq
-            as_root apt-get install -y -qq "python${ver}-venv" || as_root apt-get install -y -qq python3-venv
+            apt_get update -qq
+            apt_get install -y -qq "python${ver}-venv" || apt_get install -y -qq python3-venv
             "$PYTHON" -m venv "$VENV"
         fi
     fi
@@ -110,13 +126,13 @@ ensure_promtool() {
     echo "promtool or prometheus missing; installing the Debian package prometheus"
     export DEBIAN_FRONTEND=noninteractive
     if ! apt-cache show prometheus >/dev/null 2>&1; then
-        as_root apt-get update -qq || true
+        apt_get update -qq || true
     fi
-    if as_root apt-get install -y -qq --no-install-recommends prometheus && command -v promtool >/dev/null \
+    if apt_get install -y -qq --no-install-recommends prometheus && command -v promtool >/dev/null \
         && [[ -x /usr/bin/prometheus ]]; then
         echo "promtool and prometheus installed ($(command -v promtool), /usr/bin/prometheus)"
     else
-        echo "WARNING: could not install prometheus; the tests that need it will skip (fail under CI=true)" >&2
+        missing_package "could not install the Debian package prometheus (promtool, /usr/bin/prometheus)"
     fi
 }
 
@@ -137,13 +153,13 @@ ensure_alertmanager() {
     export DEBIAN_FRONTEND=noninteractive
     has_candidate() { apt-cache policy prometheus-alertmanager 2>/dev/null | grep -q 'Candidate: [0-9]'; }
     if ! has_candidate; then
-        as_root apt-get update -qq || true
+        apt_get update -qq || true
     fi
-    if has_candidate && as_root apt-get install -y -qq --no-install-recommends prometheus-alertmanager \
+    if has_candidate && apt_get install -y -qq --no-install-recommends prometheus-alertmanager \
         && [[ -x /usr/bin/prometheus-alertmanager ]]; then
         echo "alertmanager installed (/usr/bin/prometheus-alertmanager)"
     else
-        echo "WARNING: could not install prometheus-alertmanager; the alerts e2e test will skip (fail under CI=true)" >&2
+        missing_package "could not install the Debian package prometheus-alertmanager"
     fi
 }
 

@@ -12,5 +12,11 @@ pub fn registry() -> Registry {
     inferwatch_ml::register(&mut r);
     r.add_extension(Arc::new(inferwatch_core::extension::health_check::HealthCheckFactory));
     r.add_extension(Arc::new(inferwatch_core::extension::storage::StorageFactory));
+    // Persistent sending queues (otelcol-contrib's file_storage).
+    r.add_extension(Arc::new(inferwatch_core::extension::file_storage::FileStorageFactory));
+    // Authenticators (otelcol-contrib's bearertokenauth, basicauth, headers_setter).
+    r.add_extension(Arc::new(inferwatch_core::extension::bearertokenauth::BearerTokenAuthFactory));
+    r.add_extension(Arc::new(inferwatch_core::extension::basicauth::BasicAuthFactory));
+    r.add_extension(Arc::new(inferwatch_core::extension::headers_setter::HeadersSetterFactory));
     r
 }

@@ -10,8 +10,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// Exit code for an invalid configuration.
+/// Exit code for an invalid configuration (also: a state file refused with `on_corrupt: fail`).
 const EXIT_CONFIG: u8 = 2;
+/// Exit code of a shutdown that lost something: accepted items not delivered before
+/// `service.shutdown_timeout`, or a final checkpoint that failed.
+const EXIT_SHUTDOWN_LOSS: u8 = 3;
 
 /// Loads and validates; prints every error.
 pub(crate) fn load_checked(paths: &[PathBuf]) -> Result<Config, Vec<ConfigError>> {
@@ -82,6 +85,7 @@ pub fn run(paths: &[PathBuf], log_level: Option<&str>) -> ExitCode {
     for w in warnings(&cfg) {
         tracing::warn!("configuration: {w}");
     }
+    raise_open_files_limit();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("inferwatch").build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -90,12 +94,40 @@ pub fn run(paths: &[PathBuf], log_level: Option<&str>) -> ExitCode {
         }
     };
     match rt.block_on(serve(cfg)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Shutdown { undelivered: 0, checkpoint_error: None }) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(EXIT_SHUTDOWN_LOSS),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            if is_config_error(&e) { ExitCode::from(EXIT_CONFIG) } else { ExitCode::FAILURE }
         }
     }
+}
+
+/// Whether a start failure is a component refusing its settings (exit 2: restarting won't help).
+fn is_config_error(e: &anyhow::Error) -> bool {
+    use inferwatch_core::component::ComponentError;
+    e.chain().any(|c| {
+        matches!(c.downcast_ref::<inferwatch_core::graph::GraphError>(), Some(g) if matches!(g.source, ComponentError::Config(_)))
+    })
+}
+
+/// Raises the open-files soft limit to the hard limit, so that many connections do not run
+/// the agent out of file descriptors at the common 1,024 default.
+fn raise_open_files_limit() {
+    #[cfg(unix)]
+    match inferwatch_core::telemetry::process::raise_open_files_limit() {
+        Ok((old, new)) if new > old => tracing::info!(old, new, "raised the open-files limit (RLIMIT_NOFILE)"),
+        Ok((old, _)) => tracing::debug!(limit = old, "open-files limit (RLIMIT_NOFILE) already at the hard limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit (RLIMIT_NOFILE)"),
+    }
+}
+
+/// What a shutdown could not preserve.
+struct Shutdown {
+    /// Accepted items not delivered.
+    undelivered: u64,
+    /// Why the final checkpoint failed, if it did.
+    checkpoint_error: Option<String>,
 }
 
 /// Creates the self-telemetry registry and serves it where the configuration says.
@@ -113,7 +145,7 @@ pub(crate) async fn start_self_metrics(cfg: &Config) -> anyhow::Result<(Arc<Tele
     Ok((telemetry, stop_telemetry))
 }
 
-async fn serve(cfg: Config) -> anyhow::Result<()> {
+async fn serve(cfg: Config) -> anyhow::Result<Shutdown> {
     let (telemetry, stop_telemetry) = start_self_metrics(&cfg).await?;
     let mut service = Service::build(&cfg, &registry(), telemetry.clone()).context("cannot build the pipelines")?;
     if let Err(e) = service.start().await {
@@ -123,14 +155,26 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     }
     wait_for_signal().await;
     tracing::info!(timeout = ?cfg.service.shutdown_timeout, "shutting down: receivers first, then draining");
+    let host = service.host();
     let report = service.shutdown(cfg.service.shutdown_timeout).await;
     stop_telemetry.cancel();
-    if report.undelivered > 0 {
-        tracing::warn!(items = report.undelivered, "shutdown finished; some accepted items could not be delivered");
-    } else {
-        tracing::info!("shutdown complete; everything accepted was delivered");
+    let checkpoint_error = if host.state.is_persistent() { host.state.last_checkpoint_error() } else { None };
+    if let Some(e) = &checkpoint_error {
+        tracing::error!(error = %e, "the final checkpoint failed; state since the last good checkpoint is lost");
     }
-    Ok(())
+    match (report.undelivered, &checkpoint_error) {
+        (0, None) => tracing::info!("shutdown complete; everything accepted was delivered"),
+        (0, Some(_)) => tracing::warn!(
+            exit_code = EXIT_SHUTDOWN_LOSS,
+            "shutdown finished; everything accepted was delivered, but the final checkpoint failed"
+        ),
+        (items, _) => tracing::warn!(
+            items,
+            exit_code = EXIT_SHUTDOWN_LOSS,
+            "shutdown finished; {items} accepted items could not be delivered and were dropped"
+        ),
+    }
+    Ok(Shutdown { undelivered: report.undelivered, checkpoint_error })
 }
 
 /// Waits for SIGTERM or Ctrl-C.

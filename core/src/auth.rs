@@ -37,6 +37,16 @@ pub trait ServerAuth: Send + Sync {
 pub trait ClientAuth: Send + Sync {
     /// The headers for the next request (a token file is re-read as it changes).
     fn headers(&self) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, AuthError>;
+
+    /// Applies this authenticator to an outgoing request's headers; by default sets every
+    /// header of [`ClientAuth::headers`] (an authenticator with insert/update/delete actions
+    /// overrides it).
+    fn apply(&self, headers: &mut http::HeaderMap) -> Result<(), AuthError> {
+        for (k, v) in self.headers()? {
+            headers.insert(k, v);
+        }
+        Ok(())
+    }
 }
 
 /// What an authenticator extension registers in the host's services under its id.

@@ -1,19 +1,22 @@
 //! Sending queue and retry with back-off shared by every exporter (otelcol's exporterhelper).
 //!
 //! An exporter implements [`Sender`] (one attempt to deliver one payload); [`QueuedExporter`]
-//! wraps it with a bounded queue, `num_consumers` workers, retries and the exporter self-metrics.
+//! wraps it with a bounded queue (in memory, or on disk with `sending_queue.storage`; see
+//! [`crate::queue`]), `num_consumers` workers, retries and the exporter self-metrics. Each send
+//! runs with the [`ClientInfo`] captured when its batch was queued.
 
-use crate::component::{ComponentError, Node};
+use crate::auth::ClientInfo;
+use crate::component::{ComponentError, CreateContext, FieldError, Node};
 use crate::consumer::{ConsumeError, Consumer, RefuseReason};
+use crate::extension::file_storage::FileStorage;
 use crate::pdata::{Payload, Signal};
+use crate::queue::{DiskSettings, EnqueueError, Queue};
 use crate::settings::{QueueSettings, RetrySettings};
 use crate::telemetry::ExporterMetrics;
 use async_trait::async_trait;
-use parking_lot::Mutex;
 use rand::Rng;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// Why one delivery attempt failed.
@@ -88,24 +91,30 @@ struct Shared {
     sender: Arc<dyn Sender>,
     metrics: ExporterMetrics,
     retry: RetrySettings,
+    /// The queue is on disk: what the hard stop interrupts stays there for the next start.
+    persistent: bool,
     /// Fired when the shutdown deadline passes: workers abandon what they hold.
     hard_stop: CancellationToken,
 }
 
 impl Shared {
-    /// Delivers one payload with retries. Returns false when it was abandoned by the hard stop.
+    /// Delivers one payload with retries.
     /// `queued`: the payload came from the queue (a final failure drops it) rather than from a
-    /// caller (which gets the error back and may retry).
+    /// caller (which gets the error back and may retry). An `Err` with
+    /// [`RefuseReason::ShuttingDown`] means the hard stop interrupted it.
     async fn deliver(&self, data: Payload, queued: bool) -> Result<(), ConsumeError> {
         let n = data.item_count() as u64;
         let mut backoff = Backoff::new(&self.retry);
+        let stopped = || {
+            if !(queued && self.persistent) {
+                self.metrics.shutdown_dropped.inc_by(n);
+            }
+            Err(ConsumeError::refused(RefuseReason::ShuttingDown, None, "shutting down"))
+        };
         loop {
             let attempt = tokio::select! {
                 r = self.sender.send(&data) => r,
-                _ = self.hard_stop.cancelled() => {
-                    self.metrics.shutdown_dropped.inc_by(n);
-                    return Err(ConsumeError::refused(RefuseReason::ShuttingDown, None, "shutting down"));
-                }
+                _ = self.hard_stop.cancelled() => return stopped(),
             };
             match attempt {
                 Ok(()) => {
@@ -124,10 +133,7 @@ impl Shared {
                             interval = ?d, "exporting failed; will retry");
                         tokio::select! {
                             _ = tokio::time::sleep(d) => {}
-                            _ = self.hard_stop.cancelled() => {
-                                self.metrics.shutdown_dropped.inc_by(n);
-                                return Err(ConsumeError::refused(RefuseReason::ShuttingDown, None, "shutting down"));
-                            }
+                            _ = self.hard_stop.cancelled() => return stopped(),
                         }
                     }
                     None => {
@@ -148,17 +154,34 @@ impl Shared {
     }
 }
 
+tokio::task_local! {
+    static HELD: ();
+}
+
+/// Runs `fut` as the offer of data its caller already acknowledged and keeps holding when it is
+/// refused (the batch processor's flush, a stage's retry loop): a full queue refuses it as usual
+/// but does not count it in `otelcol_exporter_enqueue_failed_*`, which counts each item once per
+/// refusal to a client. Without it, every retry of a held batch counted the batch again.
+pub async fn offer_held<F: std::future::Future>(fut: F) -> F::Output {
+    HELD.scope((), fut).await
+}
+
+/// Whether the current task is inside [`offer_held`].
+fn is_held() -> bool {
+    HELD.try_with(|_| ()).is_ok()
+}
+
 /// An exporter node: a [`Sender`] behind a bounded queue with retries.
 pub struct QueuedExporter {
     shared: Arc<Shared>,
-    queue: QueueSettings,
-    tx: Mutex<Option<mpsc::Sender<Payload>>>,
-    rx: Mutex<Option<mpsc::Receiver<Payload>>>,
+    settings: QueueSettings,
+    queue: Option<Arc<Queue>>,
     workers: tokio::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl QueuedExporter {
-    /// Wraps `sender` for one exporter id and signal.
+    /// Wraps `sender` for one exporter id and signal, with an in-memory queue (a
+    /// `sending_queue.storage` needs the host's extensions: use [`QueuedExporter::create`]).
     pub fn new(
         name: String,
         signal: Signal,
@@ -167,19 +190,103 @@ impl QueuedExporter {
         queue: QueueSettings,
         retry: RetrySettings,
     ) -> Self {
-        let cap = queue.queue_size.max(1);
-        let (tx, rx) = if queue.enabled {
-            let (tx, rx) = mpsc::channel(cap);
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
+        if let Some(s) = &queue.storage {
+            tracing::warn!(exporter = %name, storage = %s, "sending_queue.storage ignored: the queue stays in memory");
+        }
+        let q = queue.enabled.then(|| {
+            Arc::new(Queue::memory(
+                queue.sizer,
+                queue.queue_size.max(1) as u64,
+                queue.block_on_overflow,
+                metrics.clone(),
+            ))
+        });
+        Self::assemble(name, signal, sender, metrics, queue, retry, q)
+    }
+
+    /// Wraps `sender` for the exporter `ctx.id`; with `sending_queue.storage` the queue is opened
+    /// (and resumed) in that `file_storage` extension's directory.
+    pub fn create(
+        ctx: &CreateContext,
+        signal: Signal,
+        sender: Arc<dyn Sender>,
+        queue: QueueSettings,
+        retry: RetrySettings,
+    ) -> Result<Self, ComponentError> {
+        let metrics = ctx.telemetry.exporter(&ctx.id, signal);
+        let name = ctx.id.to_string();
+        let Some(id) = queue.storage.clone() else {
+            return Ok(Self::new(name, signal, sender, metrics, queue, retry));
         };
-        metrics.queue_capacity.set(if queue.enabled { cap as i64 } else { 0 });
+        if !queue.enabled {
+            return Err(FieldError::at("sending_queue.storage", "needs sending_queue.enabled: true").into());
+        }
+        let storage: FileStorage = ctx.host.services.get(&id).ok_or_else(|| {
+            let why = if ctx.host.services.contains(&id) {
+                format!("sending_queue.storage: extension {id} is not a storage extension (use file_storage)")
+            } else {
+                format!("sending_queue.storage: extension {id} is not defined or not enabled in service.extensions")
+            };
+            ComponentError::Start(why)
+        })?;
+        let q = Self::open_disk(&storage, &name, signal, &queue, metrics.clone())?;
+        Ok(Self::assemble(name, signal, sender, metrics, queue, retry, Some(Arc::new(q))))
+    }
+
+    /// Opens the persistent queue of `name` / `signal` in `storage`.
+    pub fn open_disk(
+        storage: &FileStorage,
+        name: &str,
+        signal: Signal,
+        queue: &QueueSettings,
+        metrics: ExporterMetrics,
+    ) -> Result<Queue, ComponentError> {
+        let dir = storage.queue_dir(name, signal);
+        let disk = DiskSettings { dir: &dir, fsync: storage.fsync, lock_timeout: storage.timeout };
+        let cap = queue.queue_size.max(1) as u64;
+        Queue::persistent(queue.sizer, cap, queue.block_on_overflow, metrics, disk, name, signal)
+            .map(|(q, _)| q)
+            .map_err(ComponentError::Start)
+    }
+
+    /// Wraps `sender` around an already opened queue (`None`: sends in the caller's task).
+    pub fn with_queue(
+        name: String,
+        signal: Signal,
+        sender: Arc<dyn Sender>,
+        metrics: ExporterMetrics,
+        settings: QueueSettings,
+        retry: RetrySettings,
+        queue: Option<Queue>,
+    ) -> Self {
+        Self::assemble(name, signal, sender, metrics, settings, retry, queue.map(Arc::new))
+    }
+
+    fn assemble(
+        name: String,
+        signal: Signal,
+        sender: Arc<dyn Sender>,
+        metrics: ExporterMetrics,
+        settings: QueueSettings,
+        retry: RetrySettings,
+        queue: Option<Arc<Queue>>,
+    ) -> Self {
+        if queue.is_none() {
+            metrics.queue_capacity.set(0);
+        }
+        let persistent = queue.as_ref().is_some_and(|q| q.is_persistent());
         QueuedExporter {
-            shared: Arc::new(Shared { signal, name, sender, metrics, retry, hard_stop: CancellationToken::new() }),
+            shared: Arc::new(Shared {
+                signal,
+                name,
+                sender,
+                metrics,
+                retry,
+                persistent,
+                hard_stop: CancellationToken::new(),
+            }),
+            settings,
             queue,
-            tx: Mutex::new(tx),
-            rx: Mutex::new(rx),
             workers: tokio::sync::Mutex::new(tokio::task::JoinSet::new()),
         }
     }
@@ -188,29 +295,39 @@ impl QueuedExporter {
 #[async_trait]
 impl Consumer for QueuedExporter {
     async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        if !self.queue.enabled {
+        let Some(queue) = &self.queue else {
             return self.shared.deliver(data, false).await;
-        }
-        let tx = self.tx.lock().clone();
-        let Some(tx) = tx else {
-            return Err(ConsumeError::refused(RefuseReason::ShuttingDown, None, "exporter is shutting down"));
         };
         let n = data.item_count() as u64;
-        match tx.try_send(data) {
-            Ok(()) => {
-                self.shared.metrics.queue_size.inc();
-                Ok(())
-            }
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.shared.metrics.enqueue_failed.inc_by(n);
-                Err(ConsumeError::refused(
-                    RefuseReason::QueueFull,
-                    Some(Duration::from_secs(1)),
-                    format!("sending queue of exporter {} is full", self.shared.name),
-                ))
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
+        let name = &self.shared.name;
+        match queue.push(data, ClientInfo::current()).await {
+            Ok(()) => Ok(()),
+            Err(EnqueueError::Closed) => {
                 Err(ConsumeError::refused(RefuseReason::ShuttingDown, None, "exporter is shutting down"))
+            }
+            Err(e) => {
+                // Each refused item counts once per refusal to a client (not per retry of held data).
+                if !is_held() {
+                    self.shared.metrics.enqueue_failed.inc_by(n);
+                }
+                match e {
+                    EnqueueError::TooLarge(..) => {
+                        Err(ConsumeError::Permanent(format!("sending queue of exporter {name}: {e}")))
+                    }
+                    EnqueueError::Write(_) => {
+                        self.shared.metrics.queue_write_failed.inc_by(n);
+                        Err(ConsumeError::refused(
+                            RefuseReason::QueueFull,
+                            Some(Duration::from_secs(5)),
+                            format!("sending queue of exporter {name}: {e}"),
+                        ))
+                    }
+                    _ => Err(ConsumeError::refused(
+                        RefuseReason::QueueFull,
+                        Some(Duration::from_secs(1)),
+                        format!("sending queue of exporter {name} is full"),
+                    )),
+                }
             }
         }
     }
@@ -220,25 +337,36 @@ impl Consumer for QueuedExporter {
 impl Node for QueuedExporter {
     async fn start(&self) -> Result<(), ComponentError> {
         self.shared.sender.start().await?;
-        let Some(rx) = self.rx.lock().take() else { return Ok(()) };
-        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        let Some(queue) = &self.queue else { return Ok(()) };
         let mut workers = self.workers.lock().await;
-        for _ in 0..self.queue.num_consumers.max(1) {
-            let rx = rx.clone();
+        if !workers.is_empty() {
+            return Ok(());
+        }
+        for _ in 0..self.settings.num_consumers.max(1) {
+            let queue = queue.clone();
             let shared = self.shared.clone();
             workers.spawn(async move {
-                loop {
-                    let next = { rx.lock().await.recv().await };
-                    let Some(data) = next else { break };
-                    shared.metrics.queue_size.dec();
-                    // Errors are counted and logged inside deliver.
-                    let n = data.item_count() as u64;
+                while let Some(mut job) = queue.pop().await {
+                    let n = job.payload.item_count() as u64;
+                    let data = std::mem::replace(&mut job.payload, Payload::empty(shared.signal));
                     // A bug in a sender must not kill the worker (and strand the queue).
-                    let run = std::panic::AssertUnwindSafe(shared.deliver(data, true));
-                    if futures::FutureExt::catch_unwind(run).await.is_err() {
-                        shared.metrics.send_failed.inc_by(n);
-                        tracing::error!(exporter = %shared.name, signal = %shared.signal, items = n,
-                            "the sender panicked; data dropped");
+                    let send = shared.deliver(data, true);
+                    let run = std::panic::AssertUnwindSafe(async {
+                        match job.client.clone() {
+                            Some(c) => ClientInfo::scope(c, send).await,
+                            None => send.await,
+                        }
+                    });
+                    match futures::FutureExt::catch_unwind(run).await {
+                        // Errors are counted and logged inside deliver.
+                        Err(_) => {
+                            shared.metrics.send_failed.inc_by(n);
+                            tracing::error!(exporter = %shared.name, signal = %shared.signal, items = n,
+                                "the sender panicked; data dropped");
+                            queue.complete(job);
+                        }
+                        Ok(Err(ConsumeError::Refused { reason: RefuseReason::ShuttingDown, .. })) => queue.abandon(job),
+                        Ok(_) => queue.complete(job),
                     }
                 }
             });
@@ -247,19 +375,27 @@ impl Node for QueuedExporter {
     }
 
     async fn shutdown(&self, deadline: Instant) -> u64 {
-        // Closing the channel lets the workers drain what is queued, then stop.
-        self.tx.lock().take();
         let before = self.shared.metrics.shutdown_dropped.get();
+        let Some(queue) = &self.queue else {
+            self.shared.hard_stop.cancel();
+            return 0;
+        };
+        // Closing the queue lets the workers drain what is queued, then stop.
+        queue.close();
         let mut workers = self.workers.lock().await;
         loop {
             match tokio::time::timeout_at(deadline.into(), workers.join_next()).await {
                 Ok(Some(_)) => continue,
                 Ok(None) => break,
                 Err(_) => {
-                    tracing::warn!(exporter = %self.shared.name, signal = %self.shared.signal,
-                        queued_batches = self.shared.metrics.queue_size.get(),
-                        "shutdown timeout reached with data still queued; dropping it");
-                    // Workers abandon what they hold and count the rest of the queue as dropped.
+                    if queue.is_persistent() {
+                        tracing::info!(exporter = %self.shared.name, signal = %self.shared.signal,
+                            queued = queue.used(), "shutdown timeout reached; what is queued stays in the persistent queue for the next start");
+                    } else {
+                        tracing::warn!(exporter = %self.shared.name, signal = %self.shared.signal,
+                            queued = queue.used(), "shutdown timeout reached with data still queued; dropping it");
+                    }
+                    // Workers abandon what they hold.
                     self.shared.hard_stop.cancel();
                     while workers.join_next().await.is_some() {}
                     break;
@@ -267,6 +403,11 @@ impl Node for QueuedExporter {
             }
         }
         self.shared.hard_stop.cancel();
+        if !queue.is_persistent() {
+            // What was never taken by a worker (not started, or stopped at the deadline).
+            let left = queue.drain_memory();
+            self.shared.metrics.shutdown_dropped.inc_by(left);
+        }
         self.shared.metrics.shutdown_dropped.get() - before
     }
 }
@@ -364,7 +505,7 @@ mod tests {
         let t = Telemetry::new();
         let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
         let s = Arc::new(Flaky { calls: AtomicUsize::new(0), fail_first: 0, permanent: false });
-        let q = QueueSettings { enabled: true, num_consumers: 1, queue_size: 2 };
+        let q = QueueSettings { enabled: true, num_consumers: 1, queue_size: 2, ..Default::default() };
         // Not started: nothing drains the queue.
         let e = QueuedExporter::new("x".into(), Signal::Traces, s, m.clone(), q, fast_retry());
         e.consume(spans(1)).await.unwrap();
@@ -381,7 +522,7 @@ mod tests {
         let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
         let s = Arc::new(Flaky { calls: AtomicUsize::new(0), fail_first: usize::MAX, permanent: false });
         let retry = RetrySettings { max_elapsed_time: GoDuration(Duration::ZERO), ..fast_retry() };
-        let q = QueueSettings { enabled: true, num_consumers: 1, queue_size: 10 };
+        let q = QueueSettings { enabled: true, num_consumers: 1, queue_size: 10, ..Default::default() };
         let e = QueuedExporter::new("x".into(), Signal::Traces, s, m.clone(), q, retry);
         e.start().await.unwrap();
         e.consume(spans(2)).await.unwrap();
@@ -404,5 +545,445 @@ mod tests {
         assert_eq!(b.next_delay(Some(Duration::from_secs(7))), Some(Duration::from_secs(7)));
         let mut off = Backoff::new(&RetrySettings { enabled: false, ..s });
         assert_eq!(off.next_delay(None), None);
+    }
+    // ---- persistent queue, sizers, blocking, enqueue_failed ----
+
+    use crate::extension::file_storage::FileStorage;
+    use crate::settings::QueueSizer;
+    use std::path::{Path, PathBuf};
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "iw-queue-{}-{tag}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn named(i: usize) -> Payload {
+        Payload::Traces(ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![Span { name: i.to_string(), ..Default::default() }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        })
+    }
+
+    fn names(p: &Payload) -> Vec<usize> {
+        let d = p.decoded().unwrap();
+        let Payload::Traces(r) = d.as_ref() else { return vec![] };
+        r.resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .filter_map(|s| s.name.parse().ok())
+            .collect()
+    }
+
+    /// Records what it is sent (and the tenant header in scope); holds sends while `hold` is set.
+    #[derive(Default)]
+    struct Sink {
+        got: parking_lot::Mutex<Vec<usize>>,
+        tenants: parking_lot::Mutex<Vec<String>>,
+        hold: std::sync::atomic::AtomicBool,
+        /// Record before holding (the send "reached" the destination but was not confirmed).
+        record_then_hold: bool,
+    }
+    #[async_trait]
+    impl Sender for Sink {
+        async fn send(&self, d: &Payload) -> Result<(), SendError> {
+            if self.record_then_hold {
+                self.got.lock().extend(names(d));
+            }
+            while self.hold.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            if let Some(c) = ClientInfo::current() {
+                self.tenants.lock().extend(c.metadata_values("x-tenant"));
+            }
+            if !self.record_then_hold {
+                self.got.lock().extend(names(d));
+            }
+            Ok(())
+        }
+    }
+
+    async fn wait_for(what: &str, f: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    struct Disk {
+        telemetry: Telemetry,
+    }
+
+    impl Disk {
+        fn new() -> Self {
+            Disk { telemetry: Telemetry::new() }
+        }
+        fn metrics(&self) -> ExporterMetrics {
+            self.telemetry.exporter(&ComponentId::parse("otlp/q").unwrap(), Signal::Traces)
+        }
+        fn open(
+            &self,
+            dir: &Path,
+            sink: Arc<Sink>,
+            q: QueueSettings,
+            fsync: bool,
+        ) -> Result<QueuedExporter, ComponentError> {
+            let storage = FileStorage { directory: dir.to_path_buf(), fsync, timeout: Duration::from_secs(1) };
+            let queue = QueuedExporter::open_disk(&storage, "otlp/q", Signal::Traces, &q, self.metrics())?;
+            Ok(QueuedExporter::with_queue(
+                "otlp/q".into(),
+                Signal::Traces,
+                sink,
+                self.metrics(),
+                q,
+                fast_retry(),
+                Some(queue),
+            ))
+        }
+    }
+
+    /// Stops the workers abruptly and drops everything without a shutdown (as kill -9 would).
+    async fn crash(e: QueuedExporter) {
+        e.workers.lock().await.shutdown().await;
+        drop(e);
+    }
+
+    fn q(consumers: usize, size: usize) -> QueueSettings {
+        QueueSettings { num_consumers: consumers, queue_size: size, ..Default::default() }
+    }
+
+    fn seg_files(dir: &Path) -> Vec<PathBuf> {
+        let qd = dir.join("exporter_otlp~q_traces");
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&qd).unwrap().map(|e| e.unwrap().path()).collect();
+        v.sort();
+        v.into_iter().filter(|p| p.to_string_lossy().ends_with(".log")).collect()
+    }
+
+    #[tokio::test]
+    async fn restart_resumes_in_order_and_delivers_everything_not_acknowledged() {
+        let dir = tmpdir("resume");
+        let d = Disk::new();
+        let sink = Arc::new(Sink::default());
+        // First run: 3 delivered, then the downstream stalls and 7 more are queued.
+        let e = d.open(&dir, sink.clone(), q(1, 100), false).unwrap();
+        e.start().await.unwrap();
+        for i in 0..3 {
+            e.consume(named(i)).await.unwrap();
+        }
+        wait_for("3 delivered", || sink.got.lock().len() == 3).await;
+        sink.hold.store(true, Ordering::SeqCst);
+        for i in 3..10 {
+            e.consume(named(i)).await.unwrap();
+        }
+        crash(e).await;
+        // Second run: everything not acknowledged, in order, nothing acknowledged again.
+        let sink2 = Arc::new(Sink::default());
+        let e = d.open(&dir, sink2.clone(), q(1, 100), false).unwrap();
+        assert_eq!(d.metrics().queue_resumed.get(), 7);
+        e.start().await.unwrap();
+        wait_for("7 delivered", || sink2.got.lock().len() >= 7).await;
+        assert_eq!(*sink2.got.lock(), (3..10).collect::<Vec<_>>());
+        assert_eq!(e.shutdown(Instant::now() + Duration::from_secs(2)).await, 0);
+        drop(e);
+        // Third run: nothing left.
+        let e = d.open(&dir, Arc::new(Sink::default()), q(1, 100), false).unwrap();
+        assert_eq!(d.metrics().queue_resumed.get(), 7);
+        assert_eq!(e.queue.as_ref().unwrap().used(), 0);
+        drop(e);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn duplicates_after_a_crash_are_bounded_by_in_flight_and_counted() {
+        let dir = tmpdir("dups");
+        let d = Disk::new();
+        let sink = Arc::new(Sink { record_then_hold: true, ..Default::default() });
+        sink.hold.store(true, Ordering::SeqCst);
+        let e = d.open(&dir, sink.clone(), q(2, 100), false).unwrap();
+        for i in 0..6 {
+            e.consume(named(i)).await.unwrap();
+        }
+        e.start().await.unwrap();
+        // Two workers reached the destination with 0 and 1 but have no answer yet.
+        wait_for("2 in flight", || sink.got.lock().len() == 2).await;
+        crash(e).await;
+        let sink2 = Arc::new(Sink::default());
+        let e = d.open(&dir, sink2.clone(), q(2, 100), false).unwrap();
+        assert_eq!(d.metrics().queue_redelivered.get(), 2, "the in-flight ones are counted");
+        assert_eq!(d.metrics().queue_resumed.get(), 6);
+        e.start().await.unwrap();
+        wait_for("6 delivered", || sink2.got.lock().len() >= 6).await;
+        let mut all: Vec<usize> = sink.got.lock().iter().chain(sink2.got.lock().iter()).copied().collect();
+        all.sort_unstable();
+        let dups = all.len() - 6;
+        assert_eq!(dups, 2, "duplicates are exactly what was in flight: {all:?}");
+        e.shutdown(Instant::now() + Duration::from_secs(2)).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn torn_tail_is_truncated_and_counted() {
+        let dir = tmpdir("torn");
+        let d = Disk::new();
+        let e = d.open(&dir, Arc::new(Sink::default()), q(1, 100), false).unwrap();
+        for i in 0..3 {
+            e.consume(named(i)).await.unwrap();
+        }
+        crash(e).await;
+        let seg = seg_files(&dir).pop().unwrap();
+        let len = std::fs::metadata(&seg).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&seg).unwrap().set_len(len - 3).unwrap();
+        let sink = Arc::new(Sink::default());
+        let e = d.open(&dir, sink.clone(), q(1, 100), false).unwrap();
+        assert_eq!(d.metrics().queue_torn.get(), 1);
+        assert_eq!(d.metrics().queue_quarantined.get(), 0);
+        e.start().await.unwrap();
+        e.consume(named(3)).await.unwrap();
+        wait_for("3 delivered", || sink.got.lock().len() >= 3).await;
+        assert_eq!(*sink.got.lock(), vec![0, 1, 3]);
+        e.shutdown(Instant::now() + Duration::from_secs(2)).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn corrupt_middle_record_is_quarantined_and_the_exporter_keeps_working() {
+        let dir = tmpdir("corrupt");
+        let d = Disk::new();
+        let e = d.open(&dir, Arc::new(Sink::default()), q(1, 100), false).unwrap();
+        for i in 0..3 {
+            e.consume(named(i)).await.unwrap();
+        }
+        crash(e).await;
+        let seg = seg_files(&dir).pop().unwrap();
+        let mut bytes = std::fs::read(&seg).unwrap();
+        let third = bytes.len() / 3;
+        bytes[third + third / 2] ^= 0x5A; // inside the second record
+        std::fs::write(&seg, &bytes).unwrap();
+        let sink = Arc::new(Sink::default());
+        let e = d.open(&dir, sink.clone(), q(1, 100), false).unwrap();
+        assert_eq!(d.metrics().queue_quarantined.get(), 1);
+        let qd = dir.join("exporter_otlp~q_traces");
+        let aside: Vec<_> = std::fs::read_dir(&qd)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".corrupt-"))
+            .collect();
+        assert_eq!(aside.len(), 1, "the damaged segment is kept aside");
+        e.start().await.unwrap();
+        e.consume(named(3)).await.unwrap();
+        wait_for("3 delivered", || sink.got.lock().len() >= 3).await;
+        assert_eq!(*sink.got.lock(), vec![0, 2, 3]);
+        e.shutdown(Instant::now() + Duration::from_secs(2)).await;
+        drop(e);
+        // A corrupt state file is moved aside too; the queue then resends what it holds.
+        std::fs::write(qd.join("state"), b"garbage").unwrap();
+        let _e = d.open(&dir, Arc::new(Sink::default()), q(1, 100), false).unwrap();
+        assert_eq!(d.metrics().queue_quarantined.get(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn unwritable_directory_is_refused_with_an_error() {
+        let dir = tmpdir("unwritable");
+        std::fs::create_dir_all(&dir).unwrap();
+        // A file where the queue directory's parent should be: creation fails even as root.
+        let blocker = dir.join("file");
+        std::fs::write(&blocker, b"x").unwrap();
+        let d = Disk::new();
+        let err = d.open(&blocker, Arc::new(Sink::default()), q(1, 10), false).err().expect("refused");
+        assert!(err.to_string().contains("cannot create the directory"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn full_disk_refuses_retryably_and_recovers() {
+        let dir = tmpdir("full");
+        let d = Disk::new();
+        let sink = Arc::new(Sink::default());
+        let e = d.open(&dir, sink.clone(), q(1, 100), false).unwrap();
+        e.consume(named(0)).await.unwrap();
+        e.queue.as_ref().unwrap().fail_writes(true);
+        let r = e.consume(spans(4)).await;
+        assert!(matches!(r, Err(ConsumeError::Refused { reason: RefuseReason::QueueFull, .. })), "{r:?}");
+        assert!(r.unwrap_err().is_retryable());
+        assert_eq!(d.metrics().queue_write_failed.get(), 4);
+        assert_eq!(d.metrics().enqueue_failed.get(), 4);
+        assert_eq!(e.queue.as_ref().unwrap().used(), 1, "the refused batch holds no room");
+        e.queue.as_ref().unwrap().fail_writes(false);
+        e.consume(named(1)).await.unwrap();
+        crash(e).await;
+        // The half-written frame was rolled back: the log reads clean.
+        let e = d.open(&dir, sink.clone(), q(1, 100), false).unwrap();
+        assert_eq!((d.metrics().queue_torn.get(), d.metrics().queue_quarantined.get()), (0, 0));
+        e.start().await.unwrap();
+        wait_for("2 delivered", || sink.got.lock().len() >= 2).await;
+        assert_eq!(*sink.got.lock(), vec![0, 1]);
+        e.shutdown(Instant::now() + Duration::from_secs(2)).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn fsync_queue_delivers_and_client_metadata_survives() {
+        let dir = tmpdir("fsync");
+        let d = Disk::new();
+        let sink = Arc::new(Sink::default());
+        let e = d.open(&dir, sink.clone(), q(2, 100), true).unwrap();
+        let mut info = ClientInfo::default();
+        info.metadata.insert("x-tenant", "acme".parse().unwrap());
+        info.metadata.insert("authorization", "Bearer s3cret".parse().unwrap());
+        ClientInfo::scope(Arc::new(info), e.consume(named(0))).await.unwrap();
+        crash(e).await;
+        let raw: Vec<u8> = seg_files(&dir).iter().flat_map(|p| std::fs::read(p).unwrap()).collect();
+        assert!(!raw.windows(6).any(|w| w == b"s3cret"), "credentials are not written to disk");
+        let e = d.open(&dir, sink.clone(), q(2, 100), true).unwrap();
+        e.start().await.unwrap();
+        wait_for("delivered", || !sink.got.lock().is_empty()).await;
+        assert_eq!(*sink.tenants.lock(), vec!["acme"], "the tenant header is in scope during the send");
+        e.shutdown(Instant::now() + Duration::from_secs(2)).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn memory_queue_sends_in_the_client_scope() {
+        let t = Telemetry::new();
+        let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
+        let sink = Arc::new(Sink::default());
+        let e = QueuedExporter::new("x".into(), Signal::Traces, sink.clone(), m, q(1, 10), fast_retry());
+        let mut info = ClientInfo::default();
+        info.metadata.insert("x-tenant", "t1".parse().unwrap());
+        ClientInfo::scope(Arc::new(info), e.consume(named(0))).await.unwrap();
+        e.start().await.unwrap();
+        e.shutdown(Instant::now() + Duration::from_secs(2)).await;
+        assert_eq!(*sink.tenants.lock(), vec!["t1"]);
+    }
+
+    #[tokio::test]
+    async fn shutdown_keeps_the_persistent_queue_for_the_next_start() {
+        let dir = tmpdir("keep");
+        let d = Disk::new();
+        let sink = Arc::new(Sink::default());
+        sink.hold.store(true, Ordering::SeqCst);
+        let e = d.open(&dir, sink.clone(), q(1, 100), false).unwrap();
+        e.start().await.unwrap();
+        for i in 0..4 {
+            e.consume(named(i)).await.unwrap();
+        }
+        assert_eq!(e.shutdown(Instant::now() + Duration::from_millis(50)).await, 0, "nothing is lost");
+        assert_eq!(d.metrics().shutdown_dropped.get(), 0);
+        drop(e);
+        let sink2 = Arc::new(Sink::default());
+        let e = d.open(&dir, sink2.clone(), q(1, 100), false).unwrap();
+        e.start().await.unwrap();
+        wait_for("4 delivered", || sink2.got.lock().len() >= 4).await;
+        assert_eq!(*sink2.got.lock(), vec![0, 1, 2, 3]);
+        e.shutdown(Instant::now() + Duration::from_secs(2)).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn sizers_cap_items_and_bytes() {
+        let t = Telemetry::new();
+        let sink = Arc::new(Sink::default());
+        let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
+        let items = QueueSettings { queue_size: 10, sizer: QueueSizer::Items, ..q(1, 10) };
+        let e = QueuedExporter::new("x".into(), Signal::Traces, sink.clone(), m.clone(), items, fast_retry());
+        e.consume(spans(6)).await.unwrap();
+        e.consume(spans(4)).await.unwrap();
+        assert_eq!(m.queue_size.get(), 10);
+        assert!(matches!(
+            e.consume(spans(1)).await,
+            Err(ConsumeError::Refused { reason: RefuseReason::QueueFull, .. })
+        ));
+        // Larger than the whole queue: can never fit.
+        assert!(matches!(e.consume(spans(11)).await, Err(ConsumeError::Permanent(_))));
+        assert_eq!(m.enqueue_failed.get(), 12);
+
+        let one = spans(3).encoded_len();
+        let m2 = t.exporter(&ComponentId::parse("y").unwrap(), Signal::Traces);
+        let bytes = QueueSettings { queue_size: 2 * one + 1, sizer: QueueSizer::Bytes, ..q(1, 10) };
+        let e2 = QueuedExporter::new("y".into(), Signal::Traces, sink, m2.clone(), bytes, fast_retry());
+        e2.consume(spans(3)).await.unwrap();
+        e2.consume(spans(3)).await.unwrap();
+        assert!(e2.consume(spans(3)).await.is_err());
+        assert_eq!(m2.queue_size.get(), 2 * one as i64);
+        // The disk queue measures the same way and resumes its size after a restart.
+        let dir = tmpdir("sizer");
+        let d = Disk::new();
+        let items = QueueSettings { queue_size: 5, sizer: QueueSizer::Items, ..q(1, 10) };
+        let e3 = d.open(&dir, Arc::new(Sink::default()), items.clone(), false).unwrap();
+        e3.consume(spans(5)).await.unwrap();
+        assert!(e3.consume(spans(1)).await.is_err());
+        crash(e3).await;
+        let e3 = d.open(&dir, Arc::new(Sink::default()), items, false).unwrap();
+        assert_eq!(e3.queue.as_ref().unwrap().used(), 5);
+        assert!(e3.consume(spans(1)).await.is_err());
+        drop(e3);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn block_on_overflow_waits_then_succeeds_when_a_consumer_frees_room() {
+        let t = Telemetry::new();
+        let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
+        let sink = Arc::new(Sink::default());
+        sink.hold.store(true, Ordering::SeqCst);
+        let qs = QueueSettings { block_on_overflow: true, ..q(1, 2) };
+        let e = Arc::new(QueuedExporter::new("x".into(), Signal::Traces, sink.clone(), m.clone(), qs, fast_retry()));
+        e.start().await.unwrap();
+        e.consume(named(0)).await.unwrap();
+        e.consume(named(1)).await.unwrap();
+        let waiting = tokio::spawn({
+            let e = e.clone();
+            async move { e.consume(named(2)).await }
+        });
+        // The caller's cancellation bounds the wait.
+        let cancelled = tokio::time::timeout(Duration::from_millis(20), e.consume(named(9))).await;
+        assert!(cancelled.is_err(), "a full blocking queue waits");
+        assert!(!waiting.is_finished());
+        sink.hold.store(false, Ordering::SeqCst);
+        waiting.await.unwrap().unwrap();
+        wait_for("3 delivered", || sink.got.lock().len() >= 3).await;
+        assert_eq!(*sink.got.lock(), vec![0, 1, 2]);
+        assert_eq!(m.enqueue_failed.get(), 0);
+        e.shutdown(Instant::now() + Duration::from_secs(2)).await;
+    }
+
+    /// The attack finding: a stage holding accepted data (the batch processor) re-offered its
+    /// whole buffer to the full queue on every tick and each refusal counted the buffer again,
+    /// so `enqueue_failed` read 12× the spans ever sent. Only refusals to a client count.
+    #[tokio::test]
+    async fn enqueue_failed_counts_each_refusal_to_a_client_once() {
+        let t = Telemetry::new();
+        let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
+        let sink = Arc::new(Sink::default());
+        let e = QueuedExporter::new("x".into(), Signal::Traces, sink, m.clone(), q(1, 1), fast_retry());
+        e.consume(spans(1)).await.unwrap(); // not started: the queue stays full
+        // The over-count, reproduced: 20 retries of one held 100-span batch counted 2,000 spans.
+        let held = spans(100);
+        for _ in 0..20 {
+            assert!(e.consume(held.clone()).await.is_err());
+        }
+        assert_eq!(m.enqueue_failed.get(), 2000, "each plain retry counts again");
+        // Retries of held data (offer_held) are refused the same way but not counted again...
+        for _ in 0..20 {
+            let r = offer_held(e.consume(held.clone())).await;
+            assert!(matches!(r, Err(ConsumeError::Refused { reason: RefuseReason::QueueFull, .. })));
+        }
+        assert_eq!(m.enqueue_failed.get(), 2000);
+        // ...while a refusal to a client still counts its items once.
+        assert!(e.consume(spans(7)).await.is_err());
+        assert_eq!(m.enqueue_failed.get(), 2007);
     }
 }

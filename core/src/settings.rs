@@ -202,13 +202,66 @@ pub struct QueueSettings {
     pub enabled: bool,
     /// Number of workers sending from the queue concurrently.
     pub num_consumers: usize,
-    /// Queue capacity in requests (batches).
+    /// Queue capacity, in units of `sizer`.
     pub queue_size: usize,
+    /// What `queue_size` counts: requests (batches), items (spans, points, records) or bytes.
+    pub sizer: QueueSizer,
+    /// Make a full queue wait for room (bounded by the caller's cancellation) instead of refusing.
+    pub block_on_overflow: bool,
+    /// Id of a `file_storage` extension: the queue is kept on disk there (`None`: in memory).
+    pub storage: Option<String>,
 }
 
 impl Default for QueueSettings {
     fn default() -> Self {
-        QueueSettings { enabled: true, num_consumers: 10, queue_size: 1000 }
+        QueueSettings {
+            enabled: true,
+            num_consumers: 10,
+            queue_size: 1000,
+            sizer: QueueSizer::Requests,
+            block_on_overflow: false,
+            storage: None,
+        }
+    }
+}
+
+/// What a sending queue's `queue_size` counts (otelcol's `sizer`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueSizer {
+    /// Requests (batches), whatever their size.
+    #[default]
+    Requests,
+    /// Items: spans, metric data points, log records.
+    Items,
+    /// Bytes of the encoded OTLP request.
+    Bytes,
+}
+
+/// `sending_queue` as written, every key optional (for exporters with their own defaults).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueueInput {
+    enabled: Option<bool>,
+    num_consumers: Option<usize>,
+    queue_size: Option<usize>,
+    sizer: Option<QueueSizer>,
+    block_on_overflow: Option<bool>,
+    storage: Option<String>,
+}
+
+impl QueueSettings {
+    /// Deserializes `sending_queue` with `defaults` for the keys not given (e.g. one consumer).
+    pub fn deserialize_over<'de, D: Deserializer<'de>>(d: D, defaults: QueueSettings) -> Result<Self, D::Error> {
+        let q = QueueInput::deserialize(d)?;
+        Ok(QueueSettings {
+            enabled: q.enabled.unwrap_or(defaults.enabled),
+            num_consumers: q.num_consumers.unwrap_or(defaults.num_consumers),
+            queue_size: q.queue_size.unwrap_or(defaults.queue_size),
+            sizer: q.sizer.unwrap_or(defaults.sizer),
+            block_on_overflow: q.block_on_overflow.unwrap_or(defaults.block_on_overflow),
+            storage: q.storage.or(defaults.storage),
+        })
     }
 }
 

@@ -54,17 +54,27 @@ pub struct Telemetry {
     processor_dropped: PerSignal,
     queue_size: GaugeFamily,
     queue_capacity: GaugeFamily,
+    // Persistent sending queue (exporterhelper + file_storage).
+    queue_resumed: PerSignal,
+    queue_redelivered: PerSignal,
+    queue_write_failed: PerSignal,
+    queue_damaged: CounterFamily,
     arrow_conversions: CounterFamily,
     late_points: CounterFamily,
     derived_points: CounterFamily,
     series: GaugeFamily,
     series_evicted: CounterFamily,
     checkpoints: CounterFamily,
+    // Robustness counters (state files set aside, recording rows outside the event-time window).
+    state_unusable: CounterFamily,
+    recording_out_of_window: CounterFamily,
     replay_items: CounterFamily,
     scrape_failures: CounterFamily,
     nvml_available: GaugeFamily,
     runtime_available: GaugeFamily,
     gpu_enrich_items: CounterFamily,
+    // Listeners (core::server) and receiver authentication.
+    listener: ListenerFamilies,
     process_rss: Gauge,
     process_cpu: Counter<f64, AtomicU64>,
     process_uptime: Counter<f64, AtomicU64>,
@@ -104,6 +114,23 @@ pub struct ExporterMetrics {
     pub queue_size: Gauge,
     /// Queue capacity in requests.
     pub queue_capacity: Gauge,
+    /// Items found in the persistent queue at start (delivered after a restart).
+    pub queue_resumed: Counter,
+    /// Items that were being sent when the agent stopped and are sent again (possible duplicates).
+    pub queue_redelivered: Counter,
+    /// Items refused because the persistent queue could not be written (full disk, I/O error).
+    pub queue_write_failed: Counter,
+    /// Torn records truncated from the persistent queue's tail (a crash mid-write).
+    pub queue_torn: Counter,
+    /// Corrupt or unreadable persistent-queue files and records moved aside.
+    pub queue_quarantined: Counter,
+}
+
+/// `labels` plus `kind`.
+fn with_kind(labels: &Labels, kind: &str) -> Labels {
+    let mut l = labels.clone();
+    l.push(("kind".into(), kind.into()));
+    l
 }
 
 /// Counters of one processor for one signal.
@@ -155,6 +182,27 @@ impl Telemetry {
             "Fixed capacity of the retry queue (in batches)",
             queue_capacity.clone(),
         );
+        let queue_resumed = PerSignal::register(
+            &mut r,
+            "inferwatch_exporter_queue_resumed",
+            "Items found in the persistent sending queue at start",
+        );
+        let queue_redelivered = PerSignal::register(
+            &mut r,
+            "inferwatch_exporter_queue_redelivered",
+            "Items being sent when the agent stopped, sent again after the restart (possible duplicates)",
+        );
+        let queue_write_failed = PerSignal::register(
+            &mut r,
+            "inferwatch_exporter_queue_write_failed",
+            "Items refused because the persistent sending queue could not be written",
+        );
+        let queue_damaged = CounterFamily::default();
+        r.register(
+            "inferwatch_exporter_queue_damaged",
+            "Persistent-queue damage found and repaired (kind: torn_tail truncated, quarantined moved aside)",
+            queue_damaged.clone(),
+        );
         let arrow_conversions = CounterFamily::default();
         r.register(
             "inferwatch_arrow_conversions",
@@ -183,6 +231,18 @@ impl Telemetry {
         );
         let checkpoints = CounterFamily::default();
         r.register("inferwatch_checkpoints", "State checkpoints taken, by result", checkpoints.clone());
+        let state_unusable = CounterFamily::default();
+        r.register(
+            "inferwatch_state_unusable",
+            "State that could not be restored (scope: file or entry; reason: empty, corrupt, unreadable, incompatible)",
+            state_unusable.clone(),
+        );
+        let recording_out_of_window = CounterFamily::default();
+        r.register(
+            "inferwatch_exporter_out_of_window_items",
+            "Rows a recording exporter wrote outside the event-time window (reason: late or early)",
+            recording_out_of_window.clone(),
+        );
         let replay_items = CounterFamily::default();
         r.register("inferwatch_replay_items", "Items read from recordings by replay receivers", replay_items.clone());
         let scrape_failures = CounterFamily::default();
@@ -203,6 +263,7 @@ impl Telemetry {
             "1 when a learned detector has ONNX Runtime loaded, 0 when it is disabled without it",
             runtime_available.clone(),
         );
+        let listener = ListenerFamilies::register(&mut r);
         let gpu_enrich_items = CounterFamily::default();
         r.register(
             "inferwatch_gpu_enrich_items",
@@ -231,17 +292,24 @@ impl Telemetry {
             processor_dropped,
             queue_size,
             queue_capacity,
+            queue_resumed,
+            queue_redelivered,
+            queue_write_failed,
+            queue_damaged,
             arrow_conversions,
             late_points,
             derived_points,
             series,
             series_evicted,
             checkpoints,
+            state_unusable,
+            recording_out_of_window,
             replay_items,
             scrape_failures,
             nvml_available,
             runtime_available,
             gpu_enrich_items,
+            listener,
             process_rss,
             process_cpu,
             process_uptime,
@@ -262,6 +330,9 @@ impl Telemetry {
     pub fn exporter(&self, id: &ComponentId, signal: Signal) -> ExporterMetrics {
         let l: Labels = vec![("exporter".into(), id.to_string())];
         let lq: Labels = vec![("exporter".into(), id.to_string()), ("data_type".into(), signal.as_str().into())];
+        // One family twice: each handle is taken (and its read guard released) on its own.
+        let queue_torn = self.queue_damaged.get_or_create(&with_kind(&lq, "torn_tail")).clone();
+        let queue_quarantined = self.queue_damaged.get_or_create(&with_kind(&lq, "quarantined")).clone();
         ExporterMetrics {
             sent: self.exporter_sent.get(signal, &l),
             send_failed: self.exporter_send_failed.get(signal, &l),
@@ -269,6 +340,11 @@ impl Telemetry {
             shutdown_dropped: self.exporter_shutdown_dropped.get(signal, &l),
             queue_size: self.queue_size.get_or_create(&lq).clone(),
             queue_capacity: self.queue_capacity.get_or_create(&lq).clone(),
+            queue_resumed: self.queue_resumed.get(signal, &l),
+            queue_redelivered: self.queue_redelivered.get(signal, &l),
+            queue_write_failed: self.queue_write_failed.get(signal, &l),
+            queue_torn,
+            queue_quarantined,
         }
     }
 
@@ -317,6 +393,22 @@ impl Telemetry {
         self.checkpoints.get_or_create(&l).clone()
     }
 
+    /// Counter of state set aside at start: `scope` `file` or `entry`, `reason` as [`crate::state::Unusable`].
+    pub fn state_unusable(&self, scope: &str, reason: &str) -> Counter {
+        let l: Labels = vec![("scope".into(), scope.into()), ("reason".into(), reason.into())];
+        self.state_unusable.get_or_create(&l).clone()
+    }
+
+    /// Counter of rows a recording exporter wrote outside its event-time window (`late`, `early`).
+    pub fn recording_out_of_window(&self, exporter: &ComponentId, signal: Signal, reason: &str) -> Counter {
+        let l: Labels = vec![
+            ("exporter".into(), exporter.to_string()),
+            ("data_type".into(), signal.as_str().into()),
+            ("reason".into(), reason.into()),
+        ];
+        self.recording_out_of_window.get_or_create(&l).clone()
+    }
+
     /// Counter of items read by a replay receiver.
     pub fn replay_items(&self, receiver: &ComponentId, signal: Signal) -> Counter {
         let l: Labels = vec![("receiver".into(), receiver.to_string()), ("data_type".into(), signal.as_str().into())];
@@ -350,6 +442,17 @@ impl Telemetry {
             ("result".into(), result.into()),
         ];
         self.gpu_enrich_items.get_or_create(&l).clone()
+    }
+
+    /// Handles of the listener named `listener` (`otlp/grpc`, `health_check`, ...).
+    pub fn listener(&self, listener: &str) -> ListenerMetrics {
+        self.listener.get(listener)
+    }
+
+    /// Requests refused by `receiver`'s authenticator on `transport` (`grpc`, `http`).
+    pub fn auth_failures(&self, receiver: &ComponentId, transport: &str) -> Counter {
+        let l = vec![("receiver".into(), receiver.to_string()), ("transport".into(), transport.into())];
+        self.listener.auth_failures.get_or_create(&l).clone()
     }
 
     /// Renders every metric in the OpenMetrics text format.
@@ -393,14 +496,94 @@ impl Telemetry {
                     }
                 }),
             );
-        tokio::spawn(async move {
-            let r = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "self-telemetry server stopped");
-            }
-        });
+        // The hardened serve loop (connection cap, header and idle timeouts) of every listener.
+        let limits = crate::server::Limits::new(crate::server::Role::Auxiliary);
+        let listener =
+            crate::server::Listener::from_tcp("telemetry", listener, None, limits, self.listener("telemetry"))
+                .map_err(std::io::Error::other)?;
+        tokio::spawn(crate::server::serve(listener, app, shutdown));
         Ok(local)
     }
+}
+
+/// The listener families (core::server): connections open, refused, evicted, timed out,
+/// handshake failures and accept errors per listener, and authentication failures per receiver.
+#[derive(Clone, Default)]
+struct ListenerFamilies {
+    connections: GaugeFamily,
+    refused: CounterFamily,
+    evicted: CounterFamily,
+    timed_out: CounterFamily,
+    tls_failures: CounterFamily,
+    accept_errors: CounterFamily,
+    auth_failures: CounterFamily,
+}
+
+impl ListenerFamilies {
+    fn register(r: &mut Registry) -> Self {
+        let f = ListenerFamilies::default();
+        r.register("inferwatch_listener_connections", "Connections open on a listener", f.connections.clone());
+        r.register(
+            "inferwatch_listener_connections_refused",
+            "Connections closed at accept because every connection had a request in flight at max_connections",
+            f.refused.clone(),
+        );
+        r.register(
+            "inferwatch_listener_connections_evicted",
+            "Idle connections closed to make room for a new one at max_connections",
+            f.evicted.clone(),
+        );
+        r.register(
+            "inferwatch_listener_connections_timed_out",
+            "Connections closed by read_header_timeout or idle_timeout",
+            f.timed_out.clone(),
+        );
+        r.register(
+            "inferwatch_listener_tls_handshake_failures",
+            "TLS handshakes that failed or timed out",
+            f.tls_failures.clone(),
+        );
+        r.register(
+            "inferwatch_listener_accept_errors",
+            "Errors accepting connections (EMFILE, ENFILE, ...)",
+            f.accept_errors.clone(),
+        );
+        r.register(
+            "inferwatch_receiver_auth_failures",
+            "Requests refused by a receiver's authenticator (401 / UNAUTHENTICATED)",
+            f.auth_failures.clone(),
+        );
+        f
+    }
+
+    fn get(&self, listener: &str) -> ListenerMetrics {
+        let l = vec![("listener".to_string(), listener.to_string())];
+        ListenerMetrics {
+            connections: self.connections.get_or_create(&l).clone(),
+            refused: self.refused.get_or_create(&l).clone(),
+            evicted: self.evicted.get_or_create(&l).clone(),
+            timed_out: self.timed_out.get_or_create(&l).clone(),
+            tls_handshake_failures: self.tls_failures.get_or_create(&l).clone(),
+            accept_errors: self.accept_errors.get_or_create(&l).clone(),
+        }
+    }
+}
+
+/// Counters and gauges of one listener.
+#[derive(Clone, Default)]
+pub struct ListenerMetrics {
+    /// Connections open now.
+    pub connections: Gauge,
+    /// Connections closed at once at the cap (all busy).
+    pub refused: Counter,
+    /// Idle connections closed to make room.
+    pub evicted: Counter,
+    /// Connections closed by a timeout.
+    pub timed_out: Counter,
+    /// Failed or timed-out TLS handshakes.
+    pub tls_handshake_failures: Counter,
+    /// Accept errors.
+    pub accept_errors: Counter,
 }
 
 pub mod process {
@@ -441,6 +624,26 @@ pub mod process {
                 malloc_trim(0);
             }
         }
+    }
+
+    /// Raises the soft limit on open files (RLIMIT_NOFILE) to the hard limit (to the kernel's
+    /// `fs.nr_open` when the hard limit is unlimited). Returns the soft limit before and after.
+    #[cfg(unix)]
+    pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let lim = getrlimit(Resource::Nofile);
+        let old = lim.current.unwrap_or(u64::MAX);
+        let hard = lim.maximum.unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/fs/nr_open")
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(1_048_576)
+        });
+        if old >= hard {
+            return Ok((old, old));
+        }
+        setrlimit(Resource::Nofile, Rlimit { current: Some(hard), maximum: lim.maximum })?;
+        Ok((old, hard))
     }
 
     /// Resident set size in bytes from /proc/self/statm, if readable.

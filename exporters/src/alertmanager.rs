@@ -22,11 +22,13 @@ use crate::common;
 use crate::otlphttp::parse_retry_after;
 use crate::tls;
 use async_trait::async_trait;
+use inferwatch_core::auth::{AuthSettings, ClientAuth};
 use inferwatch_core::component::{
     ComponentError, CreateContext, ExporterFactory, FieldError, Node, NodeRef, parse_config,
 };
 use inferwatch_core::consumer::{ConsumeError, Consumer};
 use inferwatch_core::exporterhelper::{SendError, Sender};
+use inferwatch_core::extension::client_auth;
 use inferwatch_core::pdata::{Payload, Signal};
 use inferwatch_core::settings::{GoDuration, QueueSettings, RetrySettings, TlsClientSettings};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -57,6 +59,9 @@ pub struct AlertmanagerConfig {
     /// Alertmanager's base URL; `/api/v2/alerts` is appended.
     #[serde(default = "default_endpoint")]
     pub endpoint: String,
+    /// Client authenticator extension (`auth: { authenticator: <id> }`, otelcol `configauth`).
+    #[serde(default)]
+    pub auth: Option<AuthSettings>,
     /// Deadline of one request, connection included (0: none).
     #[serde(default = "default_timeout")]
     pub timeout: GoDuration,
@@ -100,22 +105,8 @@ fn default_queue() -> QueueSettings {
     QueueSettings { num_consumers: 1, ..QueueSettings::default() }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QueueInput {
-    enabled: Option<bool>,
-    num_consumers: Option<usize>,
-    queue_size: Option<usize>,
-}
-
 fn queue_one_consumer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<QueueSettings, D::Error> {
-    let q = QueueInput::deserialize(d)?;
-    let dflt = default_queue();
-    Ok(QueueSettings {
-        enabled: q.enabled.unwrap_or(dflt.enabled),
-        num_consumers: q.num_consumers.unwrap_or(dflt.num_consumers),
-        queue_size: q.queue_size.unwrap_or(dflt.queue_size),
-    })
+    QueueSettings::deserialize_over(d, default_queue())
 }
 
 impl AlertmanagerConfig {
@@ -184,8 +175,10 @@ impl ExporterFactory for AlertmanagerExporterFactory {
             return Err(ComponentError::Start(format!("alertmanager exports logs (alert records), not {signal}")));
         }
         let c = AlertmanagerConfig::from_value(cfg)?;
-        let sender = Arc::new(AlertmanagerSender::new(&c)?);
-        let inner = common::node(&ctx, signal, sender, c.sending_queue.clone(), c.retry_on_failure.clone());
+        let mut sender = AlertmanagerSender::new(&c)?;
+        sender.auth = client_auth::resolve_client(&ctx.host, c.auth.as_ref())?;
+        let sender = Arc::new(sender);
+        let inner = common::node(&ctx, signal, sender, c.sending_queue.clone(), c.retry_on_failure.clone())?;
         Ok(Arc::new(AlertmanagerExporter {
             name: ctx.id.to_string(),
             inner,
@@ -387,6 +380,7 @@ pub struct AlertmanagerSender {
     client: reqwest::Client,
     url: Url,
     render: Render,
+    auth: Option<Arc<dyn ClientAuth>>,
 }
 
 impl AlertmanagerSender {
@@ -411,6 +405,7 @@ impl AlertmanagerSender {
             client,
             url,
             render: Render { generator_url: c.generator_url.clone(), ends_in: c.ends_in() },
+            auth: None,
         })
     }
 }
@@ -436,9 +431,12 @@ impl Sender for AlertmanagerSender {
             return Ok(());
         }
         let body = serde_json::to_vec(&alerts).map_err(|e| SendError::Permanent(format!("cannot encode: {e}")))?;
+        let mut auth_headers = reqwest::header::HeaderMap::new();
+        client_auth::apply_client_auth(self.auth.as_ref(), &mut auth_headers)?;
         let resp = self
             .client
             .post(self.url.clone())
+            .headers(auth_headers)
             .header(CONTENT_TYPE, "application/json")
             .body(body)
             .send()

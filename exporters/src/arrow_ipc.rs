@@ -8,6 +8,7 @@ use arrow_schema::SchemaRef;
 use inferwatch_core::arrow::RecordBatch;
 use inferwatch_core::component::{ComponentError, CreateContext, ExporterFactory, FieldError, NodeRef, parse_config};
 use inferwatch_core::pdata::Signal;
+use inferwatch_core::settings::GoDuration;
 use serde::Deserialize;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -22,6 +23,10 @@ pub struct ArrowIpcConfig {
     /// When files are closed and new ones started.
     #[serde(default)]
     pub rotation: RotationConfig,
+    /// How far event times may lie behind the latest one written (or ahead of the wall clock)
+    /// and still name files (default 1h); rows outside are written to the current file and counted.
+    #[serde(default = "recording::default_allowed_lateness")]
+    pub allowed_lateness: GoDuration,
 }
 
 impl ArrowIpcConfig {
@@ -53,7 +58,7 @@ impl ExporterFactory for ArrowIpcExporterFactory {
 
     fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
         let c = ArrowIpcConfig::from_value(cfg)?;
-        recording::create(&ctx, signal, c.directory, c.rotation, Box::new(IpcFormat))
+        recording::create(&ctx, signal, c.directory, c.rotation, c.allowed_lateness.0, Box::new(IpcFormat))
     }
 }
 

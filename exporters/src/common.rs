@@ -1,6 +1,6 @@
 //! Helpers shared by the exporters: queue / retry checks, node assembly, gzip.
 
-use inferwatch_core::component::{CreateContext, FieldError, NodeRef};
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, NodeRef};
 use inferwatch_core::exporterhelper::{QueuedExporter, Sender};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::settings::{QueueSettings, RetrySettings};
@@ -35,16 +35,16 @@ pub(crate) fn validate_retry(r: &RetrySettings) -> Result<(), FieldError> {
     Ok(())
 }
 
-/// Wraps `sender` in the shared queue / retry machinery with this exporter's self-metrics.
+/// Wraps `sender` in the shared queue / retry machinery with this exporter's self-metrics;
+/// `sending_queue.storage` opens (and resumes) the persistent queue in that extension.
 pub(crate) fn node(
     ctx: &CreateContext,
     signal: Signal,
     sender: Arc<dyn Sender>,
     queue: QueueSettings,
     retry: RetrySettings,
-) -> NodeRef {
-    let metrics = ctx.telemetry.exporter(&ctx.id, signal);
-    Arc::new(QueuedExporter::new(ctx.id.to_string(), signal, sender, metrics, queue, retry))
+) -> Result<NodeRef, ComponentError> {
+    Ok(Arc::new(QueuedExporter::create(ctx, signal, sender, queue, retry)?))
 }
 
 /// Gzip-compresses the concatenation of `chunks` at `level` (1 fastest .. 9 smallest).
@@ -90,7 +90,10 @@ mod tests {
         assert!(validate_queue(&QueueSettings::default()).is_ok());
         let e = validate_queue(&QueueSettings { queue_size: 0, ..Default::default() }).unwrap_err();
         assert_eq!(e, FieldError::at("sending_queue.queue_size", "queue_size must be positive"));
-        assert!(validate_queue(&QueueSettings { enabled: false, queue_size: 0, num_consumers: 0 }).is_ok());
+        assert!(
+            validate_queue(&QueueSettings { enabled: false, queue_size: 0, num_consumers: 0, ..Default::default() })
+                .is_ok()
+        );
         assert!(validate_retry(&RetrySettings::default()).is_ok());
         assert!(validate_retry(&RetrySettings { randomization_factor: 1.5, ..Default::default() }).is_err());
         assert!(validate_retry(&RetrySettings { multiplier: 0.0, ..Default::default() }).is_err());

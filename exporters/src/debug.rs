@@ -93,7 +93,7 @@ impl ExporterFactory for DebugExporterFactory {
         let out = if c.use_internal_logger { Output::Log } else { Output::Stdout };
         let sender = DebugSender::new(ctx.id.to_string(), &c, out);
         let no_retry = RetrySettings { enabled: false, ..RetrySettings::default() };
-        Ok(common::node(&ctx, signal, Arc::new(sender), c.sending_queue, no_retry))
+        common::node(&ctx, signal, Arc::new(sender), c.sending_queue, no_retry)
     }
 }
 
@@ -180,7 +180,7 @@ impl Sender for DebugSender {
 pub fn render(data: &Payload, verbosity: Verbosity) -> String {
     let decoded = match data.decoded() {
         Ok(d) => d,
-        Err(e) => return format!("{} payload that cannot be decoded: {e}\n", data.signal()),
+        Err(e) => return format!("{} payload that cannot be decoded: {}\n", data.signal(), esc(&e.to_string())),
     };
     let data = decoded.as_ref();
     let mut s = summary(data);
@@ -196,9 +196,10 @@ pub fn render(data: &Payload, verbosity: Verbosity) -> String {
                 Payload::Encoded(_) => Ok(String::new()),
             };
             match json {
-                Ok(j) => s.push_str(&j),
+                // JSON escapes C0 controls already; DEL, C1 and bidi controls pass it raw.
+                Ok(j) => s.push_str(&escape_json_extra(&j)),
                 Err(_) => {
-                    let _ = write!(s, "{data:#?}");
+                    let _ = write!(s, "{}", esc(&format!("{data:#?}")));
                 }
             }
             s.push('\n');
@@ -237,7 +238,7 @@ fn items(data: &Payload, s: &mut String) {
                 let _ = writeln!(
                     s,
                     "{} {} {}{}",
-                    span.name,
+                    esc(&span.name),
                     hex(&span.trace_id),
                     hex(&span.span_id),
                     attrs(&span.attributes)
@@ -268,33 +269,33 @@ fn metric_lines(m: &opentelemetry_proto::tonic::metrics::v1::Metric, s: &mut Str
     match &m.data {
         Some(Data::Gauge(g)) => {
             for p in &g.data_points {
-                let _ = writeln!(s, "{}{} {}", m.name, labels(&p.attributes), number(&p.value));
+                let _ = writeln!(s, "{}{} {}", esc(&m.name), labels(&p.attributes), number(&p.value));
             }
         }
         Some(Data::Sum(g)) => {
             for p in &g.data_points {
-                let _ = writeln!(s, "{}{} {}", m.name, labels(&p.attributes), number(&p.value));
+                let _ = writeln!(s, "{}{} {}", esc(&m.name), labels(&p.attributes), number(&p.value));
             }
         }
         Some(Data::Histogram(h)) => {
             for p in &h.data_points {
                 let sum = p.sum.map_or("-".into(), |x| x.to_string());
-                let _ = writeln!(s, "{}{} count={} sum={sum}", m.name, labels(&p.attributes), p.count);
+                let _ = writeln!(s, "{}{} count={} sum={sum}", esc(&m.name), labels(&p.attributes), p.count);
             }
         }
         Some(Data::ExponentialHistogram(h)) => {
             for p in &h.data_points {
                 let sum = p.sum.map_or("-".into(), |x| x.to_string());
-                let _ = writeln!(s, "{}{} count={} sum={sum}", m.name, labels(&p.attributes), p.count);
+                let _ = writeln!(s, "{}{} count={} sum={sum}", esc(&m.name), labels(&p.attributes), p.count);
             }
         }
         Some(Data::Summary(h)) => {
             for p in &h.data_points {
-                let _ = writeln!(s, "{}{} count={} sum={}", m.name, labels(&p.attributes), p.count, p.sum);
+                let _ = writeln!(s, "{}{} count={} sum={}", esc(&m.name), labels(&p.attributes), p.count, p.sum);
             }
         }
         None => {
-            let _ = writeln!(s, "{} (no data, {} points)", m.name, metric_point_count(m));
+            let _ = writeln!(s, "{} (no data, {} points)", esc(&m.name), metric_point_count(m));
         }
     }
 }
@@ -310,7 +311,7 @@ fn hex(b: &[u8]) -> String {
 fn attrs(kv: &[KeyValue]) -> String {
     kv.iter().fold(String::new(), |mut s, a| {
         let v = a.value.as_ref().map(any_value).unwrap_or_default();
-        let _ = write!(s, " {}={v}", a.key);
+        let _ = write!(s, " {}={v}", esc(&a.key));
         s
     })
 }
@@ -321,13 +322,56 @@ fn labels(kv: &[KeyValue]) -> String {
         return String::new();
     }
     let inner: Vec<String> =
-        kv.iter().map(|a| format!("{}={}", a.key, a.value.as_ref().map(any_value).unwrap_or_default())).collect();
+        kv.iter().map(|a| format!("{}={}", esc(&a.key), a.value.as_ref().map(any_value).unwrap_or_default())).collect();
     format!("{{{}}}", inner.join(","))
+}
+
+/// Whether `c` must not reach a terminal or log file raw: C0 and C1 controls, DEL, the Unicode
+/// line / paragraph separators and the bidirectional overrides ("Trojan source").
+fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A string from the data, printable on one line: `\n`, `\r`, `\t`, `\\` and `\u{..}` for
+/// the other unsafe characters (as Rust's `escape_debug` writes them), everything else as is.
+pub fn esc(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c == '\\' || is_unsafe(c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\\' => out.push_str("\\\\"),
+            c if is_unsafe(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// OTLP/JSON with the unsafe characters JSON leaves raw written as `\uXXXX` (still valid JSON).
+fn escape_json_extra(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        // C0 controls inside strings are escaped by JSON already; raw ones are its whitespace.
+        if is_unsafe(c) && u32::from(c) >= 0x7f {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn any_value(v: &AnyValue) -> String {
     match &v.value {
-        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::StringValue(s)) => esc(s).into_owned(),
         Some(Value::BoolValue(b)) => b.to_string(),
         Some(Value::IntValue(i)) => i.to_string(),
         Some(Value::DoubleValue(d)) => d.to_string(),
@@ -429,6 +473,74 @@ mod tests {
             render(&m, Verbosity::Normal),
             "Metrics: resource metrics: 1, metrics: 1, data points: 1\ngpu.util{gpu=0} 0.5\n"
         );
+    }
+
+    #[test]
+    fn control_characters_are_escaped_everywhere() {
+        // A span name that would forge a log line, ANSI colour codes, a C1 CSI, DEL and a bidi
+        // override, in a name, an attribute key and value, a metric name and a log body.
+        let evil = "ok\n2024-01-01T00:00:00Z ERROR forged\r\x1b[31mred\x1b[0m\u{9b}2J\x7f\u{202e}\ttab\\";
+        let want = r"ok\n2024-01-01T00:00:00Z ERROR forged\r\u{1b}[31mred\u{1b}[0m\u{9b}2J\u{7f}\u{202e}\ttab\\";
+        let span = Span { name: evil.into(), attributes: vec![kv(evil, evil)], ..Default::default() };
+        let t = Payload::Traces(ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(opentelemetry_proto::tonic::resource::v1::Resource {
+                    attributes: vec![kv("service.name", evil)],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans { spans: vec![span], ..Default::default() }],
+                ..Default::default()
+            }],
+        });
+        let out = render(&t, Verbosity::Normal);
+        assert_eq!(out.lines().count(), 2, "{out}");
+        assert_eq!(out.lines().nth(1).unwrap(), format!("{want}   {want}={want}"));
+        let m = Payload::Metrics(ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: evil.into(),
+                        data: Some(Data::Gauge(Gauge {
+                            data_points: vec![NumberDataPoint {
+                                attributes: vec![kv(evil, "v")],
+                                value: Some(number_data_point::Value::AsInt(1)),
+                                ..Default::default()
+                            }],
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        });
+        assert_eq!(render(&m, Verbosity::Normal).lines().nth(1).unwrap(), format!("{want}{{{want}=v}} 1"));
+        let l = Payload::Logs(ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                scope_logs: vec![ScopeLogs {
+                    log_records: vec![LogRecord {
+                        body: Some(AnyValue { value: Some(Value::StringValue(evil.into())) }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        });
+        assert_eq!(render(&l, Verbosity::Normal).lines().nth(1).unwrap(), want);
+        // Detailed: valid JSON that round-trips, with no raw control character anywhere.
+        for p in [&t, &m, &l] {
+            let d = render(p, Verbosity::Detailed);
+            assert!(!d.chars().any(|c| is_unsafe(c) && c != '\n'), "{d}");
+            let (_, body) = d.split_once('\n').unwrap();
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert!(v.to_string().contains("forged"));
+        }
+        let d = render(&t, Verbosity::Detailed);
+        let v: serde_json::Value = serde_json::from_str(d.split_once('\n').unwrap().1).unwrap();
+        assert_eq!(v["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"], evil);
+        // Plain text is untouched (no copy).
+        assert!(matches!(esc("prefill café"), std::borrow::Cow::Borrowed(_)));
     }
 
     #[test]

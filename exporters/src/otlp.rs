@@ -3,8 +3,10 @@
 use crate::common;
 use crate::tls;
 use async_trait::async_trait;
+use inferwatch_core::auth::{AuthSettings, ClientAuth};
 use inferwatch_core::component::{ComponentError, CreateContext, ExporterFactory, FieldError, NodeRef, parse_config};
 use inferwatch_core::exporterhelper::{SendError, Sender};
+use inferwatch_core::extension::client_auth;
 use inferwatch_core::pdata::{Payload, Signal};
 use inferwatch_core::settings::{
     Compression, CompressionParams, Endpoint, GoDuration, QueueSettings, RetrySettings, TlsClientSettings,
@@ -56,6 +58,9 @@ pub struct OtlpConfig {
     /// Extra gRPC metadata sent with every request.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Client authenticator extension (`auth: { authenticator: <id> }`, otelcol `configauth`).
+    #[serde(default)]
+    pub auth: Option<AuthSettings>,
     /// Request compression (`gzip` by default, or `none`).
     #[serde(default)]
     pub compression: Compression,
@@ -179,8 +184,9 @@ impl ExporterFactory for OtlpExporterFactory {
 
     fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
         let c = OtlpConfig::from_value(cfg)?;
-        let sender = GrpcSender::new(ctx.id.to_string(), &c)?;
-        Ok(common::node(&ctx, signal, Arc::new(sender), c.sending_queue, c.retry_on_failure))
+        let mut sender = GrpcSender::new(ctx.id.to_string(), &c)?;
+        sender.auth = client_auth::resolve_client(&ctx.host, c.auth.as_ref())?;
+        common::node(&ctx, signal, Arc::new(sender), c.sending_queue, c.retry_on_failure)
     }
 }
 
@@ -190,6 +196,7 @@ pub struct GrpcSender {
     endpoint: tonic::transport::Endpoint,
     channel: OnceLock<Channel>,
     metadata: MetadataMap,
+    auth: Option<Arc<dyn ClientAuth>>,
     /// gzip level when compressing.
     gzip: Option<u32>,
     timeout: Option<Duration>,
@@ -233,6 +240,7 @@ impl GrpcSender {
             endpoint,
             channel: OnceLock::new(),
             metadata: metadata(&c.headers)?,
+            auth: None,
             gzip: (c.compression == Compression::Gzip).then_some(c.compression_params.level),
             timeout,
         })
@@ -273,6 +281,9 @@ impl GrpcSender {
             .body(tonic::body::Body::new(http_body_util::Full::new(frame.freeze())))
             .map_err(|e| Status::internal(format!("cannot build the request: {e}")))?;
         req.headers_mut().extend(self.metadata.clone().into_headers());
+        // Per call: a token file may have changed; an authenticator failure is UNAVAILABLE (retried).
+        client_auth::apply_client_auth(self.auth.as_ref(), req.headers_mut())
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         let call = async {
             let ch = self.channel().ready_oneshot().await.map_err(|e| transport_status(&e))?;
             let resp = ch.oneshot(req).await.map_err(|e| transport_status(&e))?;

@@ -3,8 +3,10 @@
 use crate::common;
 use crate::tls;
 use async_trait::async_trait;
+use inferwatch_core::auth::{AuthSettings, ClientAuth};
 use inferwatch_core::component::{ComponentError, CreateContext, ExporterFactory, FieldError, NodeRef, parse_config};
 use inferwatch_core::exporterhelper::{SendError, Sender};
+use inferwatch_core::extension::client_auth;
 use inferwatch_core::pdata::{Payload, Signal};
 use inferwatch_core::settings::{
     Compression, CompressionParams, GoDuration, QueueSettings, RetrySettings, TlsClientSettings,
@@ -62,6 +64,9 @@ pub struct OtlpHttpConfig {
     /// Extra HTTP headers sent with every request.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Client authenticator extension (`auth: { authenticator: <id> }`, otelcol `configauth`).
+    #[serde(default)]
+    pub auth: Option<AuthSettings>,
     /// Request compression (`gzip` by default, or `none`).
     #[serde(default)]
     pub compression: Compression,
@@ -181,8 +186,9 @@ impl ExporterFactory for OtlpHttpExporterFactory {
 
     fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
         let c = OtlpHttpConfig::from_value(cfg)?;
-        let sender = HttpSender::new(ctx.id.to_string(), &c, signal)?;
-        Ok(common::node(&ctx, signal, Arc::new(sender), c.sending_queue, c.retry_on_failure))
+        let mut sender = HttpSender::new(ctx.id.to_string(), &c, signal)?;
+        sender.auth = client_auth::resolve_client(&ctx.host, c.auth.as_ref())?;
+        common::node(&ctx, signal, Arc::new(sender), c.sending_queue, c.retry_on_failure)
     }
 }
 
@@ -193,6 +199,7 @@ pub struct HttpSender {
     client: reqwest::Client,
     url: Url,
     headers: HeaderMap,
+    auth: Option<Arc<dyn ClientAuth>>,
     encoding: Encoding,
     /// gzip level when compressing.
     gzip: Option<u32>,
@@ -240,6 +247,7 @@ impl HttpSender {
             client,
             url,
             headers: headers(&c.headers)?,
+            auth: None,
             encoding: c.encoding,
             gzip: (c.compression == Compression::Gzip).then_some(c.compression_params.level),
         })
@@ -277,11 +285,10 @@ impl HttpSender {
 impl Sender for HttpSender {
     async fn send(&self, data: &Payload) -> Result<(), SendError> {
         let chunks = self.encode(data)?;
-        let mut req = self
-            .client
-            .post(self.url.clone())
-            .headers(self.headers.clone())
-            .header(CONTENT_TYPE, self.encoding.content_type());
+        let mut headers = self.headers.clone();
+        client_auth::apply_client_auth(self.auth.as_ref(), &mut headers)?;
+        let mut req =
+            self.client.post(self.url.clone()).headers(headers).header(CONTENT_TYPE, self.encoding.content_type());
         let body = match self.gzip {
             Some(level) => {
                 req = req.header(CONTENT_ENCODING, "gzip");

@@ -7,6 +7,7 @@ use arrow_schema::SchemaRef;
 use inferwatch_core::arrow::RecordBatch;
 use inferwatch_core::component::{ComponentError, CreateContext, ExporterFactory, FieldError, NodeRef, parse_config};
 use inferwatch_core::pdata::Signal;
+use inferwatch_core::settings::GoDuration;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -34,6 +35,10 @@ pub struct ParquetConfig {
     /// When files are closed and new ones started.
     #[serde(default)]
     pub rotation: RotationConfig,
+    /// How far event times may lie behind the latest one written (or ahead of the wall clock)
+    /// and still name files (default 1h); rows outside are written to the current file and counted.
+    #[serde(default = "recording::default_allowed_lateness")]
+    pub allowed_lateness: GoDuration,
     /// `zstd` (default) or `none`.
     #[serde(default)]
     pub compression: ParquetCompression,
@@ -109,7 +114,7 @@ impl ExporterFactory for ParquetExporterFactory {
     fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
         let c = ParquetConfig::from_value(cfg)?;
         let format = ParquetFormat { props: c.properties()? };
-        recording::create(&ctx, signal, c.directory, c.rotation, Box::new(format))
+        recording::create(&ctx, signal, c.directory, c.rotation, c.allowed_lateness.0, Box::new(format))
     }
 }
 

@@ -6,6 +6,15 @@
 //! the first batch written to the file), never from the wall clock: replaying the same input
 //! gives the same files. A file is written as `NAME.inprogress` and renamed to `NAME` once it
 //! is complete, so a crash leaves only `.inprogress` files, which the next start removes.
+//!
+//! Event times come from the request, so they are bounded before they name anything: the
+//! recorder keeps an event-time watermark (the latest event time written) and a window of
+//! `allowed_lateness` around it. Rows older than the watermark minus `allowed_lateness`
+//! (late) or newer than the wall clock plus `allowed_lateness` (early: no real data, live or
+//! replayed, is from the future) are still written, into the current file, and counted in
+//! `inferwatch_exporter_out_of_window_items_total`; only data that moves the watermark forward
+//! rotates a file by event time. Out-of-order or scattered timestamps therefore cannot create
+//! a directory and a file per distinct time.
 
 use arrow_schema::SchemaRef;
 use async_trait::async_trait;
@@ -40,6 +49,14 @@ pub struct RotationConfig {
     /// Close a file once a batch's event time reaches the file's first event time plus this.
     #[serde(default = "default_max_age")]
     pub max_age: GoDuration,
+}
+
+/// Default `allowed_lateness` of the recording exporters.
+pub const DEFAULT_ALLOWED_LATENESS: Duration = Duration::from_secs(3600);
+
+/// Serde default of `allowed_lateness`.
+pub(crate) fn default_allowed_lateness() -> GoDuration {
+    GoDuration(DEFAULT_ALLOWED_LATENESS)
 }
 
 fn default_max_bytes() -> u64 {
@@ -155,6 +172,22 @@ pub(crate) struct Recorder {
     format: Box<dyn FileFormat>,
     current: Option<OpenFile>,
     metrics: ExporterMetrics,
+    /// Rows outside `[watermark - allowed_lateness, now + allowed_lateness]` are late / early.
+    allowed_lateness_ns: u64,
+    /// Latest (clamped) event time written, once anything was.
+    watermark: Option<u64>,
+    /// Wall clock in Unix nanoseconds (a parameter for tests).
+    now: fn() -> u64,
+    late_rows: Counter,
+    early_rows: Counter,
+}
+
+/// The wall clock in Unix nanoseconds.
+fn wall_clock_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 impl Recorder {
@@ -181,13 +214,23 @@ impl Recorder {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let (min_ns, max_ns) = event_range(batch);
+        // The window event times must fall in to name files; rows outside are counted and
+        // written with their times clamped into it for naming (their own columns are kept).
+        let hi = (self.now)().saturating_add(self.allowed_lateness_ns);
+        let lo = self.watermark.map_or(0, |w| w.saturating_sub(self.allowed_lateness_ns)).min(hi);
+        let (min_ns, max_ns, late, early) = event_range(batch, lo, hi);
+        self.late_rows.inc_by(late);
+        self.early_rows.inc_by(early);
+        let (min_ns, max_ns) = (min_ns.clamp(lo, hi), max_ns.clamp(lo, hi));
+        // Only data that moves the watermark forward rotates by event time.
+        let forward = self.watermark.is_none_or(|w| max_ns > w);
         let rotate = self.current.as_ref().is_some_and(|f| {
             f.size_reached(self.max_bytes)
-                || max_ns >= f.first_ns.saturating_add(self.max_age_ns)
-                || max_ns / NANOS_PER_DAY != f.day
+                || (forward
+                    && (max_ns >= f.first_ns.saturating_add(self.max_age_ns) || max_ns / NANOS_PER_DAY != f.day))
                 || f.schema != batch.schema()
         });
+        self.watermark = Some(self.watermark.map_or(max_ns, |w| w.max(max_ns)));
         if rotate {
             // A failure is logged and counted there; this batch goes to a new file regardless.
             let _ = self.close();
@@ -316,13 +359,19 @@ fn sync_dir(dir: Option<&Path>) {
     }
 }
 
-/// (min, max) event time of a non-empty batch as OTLP u64 nanoseconds (0 when it has none).
-fn event_range(batch: &RecordBatch) -> (u64, u64) {
-    let Ok(col) = arrow::time_column(batch) else { return (0, 0) };
+/// (min, max) event time of a non-empty batch as OTLP u64 nanoseconds (0 when it has none),
+/// and how many rows lie before `lo` and after `hi`.
+fn event_range(batch: &RecordBatch, lo: u64, hi: u64) -> (u64, u64, u64, u64) {
+    let Ok(col) = arrow::time_column(batch) else { return (0, 0, 0, 0) };
     // The column holds the OTLP fixed64 bit pattern; compare as unsigned.
     let mut it = col.iter().flatten().map(|t| t as u64);
-    let Some(first) = it.next() else { return (0, 0) };
-    it.fold((first, first), |(lo, hi), t| (lo.min(t), hi.max(t)))
+    let Some(first) = it.next() else { return (0, 0, 0, 0) };
+    let out = |t: u64| (u64::from(t < lo), u64::from(t > hi));
+    let (l, e) = out(first);
+    it.fold((first, first, l, e), |(min, max, late, early), t| {
+        let (l, e) = out(t);
+        (min.min(t), max.max(t), late + l, early + e)
+    })
 }
 
 /// (year, month, day) of a day count since 1970-01-01 (proleptic Gregorian).
@@ -407,6 +456,7 @@ pub(crate) fn create(
     signal: Signal,
     directory: PathBuf,
     rotation: RotationConfig,
+    allowed_lateness: Duration,
     format: Box<dyn FileFormat>,
 ) -> Result<NodeRef, ComponentError> {
     if signal == Signal::Logs {
@@ -426,6 +476,11 @@ pub(crate) fn create(
         format,
         current: None,
         metrics: metrics.clone(),
+        allowed_lateness_ns: u64::try_from(allowed_lateness.as_nanos()).unwrap_or(u64::MAX),
+        watermark: None,
+        now: wall_clock_ns,
+        late_rows: ctx.telemetry.recording_out_of_window(&ctx.id, signal, "late"),
+        early_rows: ctx.telemetry.recording_out_of_window(&ctx.id, signal, "early"),
     }));
     ctx.host.state.register(Arc::new(RecordingCheckpoint {
         key: format!("exporter/{}/{}", ctx.id, signal.as_str()),
@@ -539,6 +594,100 @@ mod tests {
         assert_eq!(e, FieldError::at("rotation.max_bytes", "max_bytes must be positive"));
         let e = RotationConfig { max_age: GoDuration(Duration::ZERO), ..Default::default() }.validate().unwrap_err();
         assert_eq!(e, FieldError::at("rotation.max_age", "max_age must be positive"));
+    }
+
+    fn one_span(end_ns: u64, i: u64) -> Payload {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+        Payload::Traces(ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![Span {
+                        name: "decode".into(),
+                        trace_id: vec![0x5a; 16],
+                        span_id: i.to_be_bytes().to_vec(),
+                        start_time_unix_nano: end_ns.saturating_sub(1),
+                        end_time_unix_nano: end_ns,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        })
+    }
+
+    fn count_files(dir: &Path) -> (usize, usize) {
+        let (mut files, mut dirs) = (0, 0);
+        for day in std::fs::read_dir(dir.join("traces")).unwrap() {
+            dirs += 1;
+            files += std::fs::read_dir(day.unwrap().path()).unwrap().count();
+        }
+        (files, dirs)
+    }
+
+    fn metric(t: &inferwatch_core::telemetry::Telemetry, reason: &str) -> u64 {
+        let text = t.render();
+        text.lines()
+            .find(|l| l.starts_with("inferwatch_exporter_out_of_window_items_total") && l.contains(reason))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn scattered_event_times_create_a_bounded_number_of_files() {
+        use inferwatch_core::component::{ComponentId, ExporterFactory};
+        let dir = std::env::temp_dir().join(format!("iw-recording-scatter-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let telemetry = Arc::new(inferwatch_core::telemetry::Telemetry::new());
+        let ctx = CreateContext::new(ComponentId::parse("parquet").unwrap(), telemetry.clone());
+        let node = crate::parquet::ParquetExporterFactory
+            .create(ctx, &serde_json::json!({"directory": dir}), Signal::Traces)
+            .unwrap();
+        node.start().await.unwrap();
+        // 1,000 one-span requests with event times scattered over the last 10 years, plus 50
+        // from the far future.
+        let now = wall_clock_ns();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            // xorshift64: a fixed, dependency-free scatter.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let span = 10 * 365 * NANOS_PER_DAY;
+        for i in 0..1000u64 {
+            node.consume(one_span(now - next(span), i)).await.unwrap();
+        }
+        for i in 0..50u64 {
+            node.consume(one_span(now + (2 + next(1000)) * NANOS_PER_DAY, 1000 + i)).await.unwrap();
+        }
+        assert_eq!(node.shutdown(Instant::now() + Duration::from_secs(5)).await, 0);
+        let (files, dirs) = count_files(&dir);
+        // Without the window: one file and one day directory per request. With it, only a
+        // forward move of the watermark rotates: about ln(1000) times for random order.
+        assert!(files <= 20, "{files} files in {dirs} directories");
+        assert!(dirs <= files);
+        let (late, early) = (metric(&telemetry, "late"), metric(&telemetry, "early"));
+        println!("1,050 scattered one-span requests: {files} files in {dirs} directories; late {late}, early {early}");
+        assert_eq!(early, 50);
+        assert!(late > 900, "late {late}");
+        // Nothing is lost: every row is in the files.
+        let mut rows = 0;
+        for day in std::fs::read_dir(dir.join("traces")).unwrap() {
+            for f in std::fs::read_dir(day.unwrap().path()).unwrap() {
+                let f = std::fs::File::open(f.unwrap().path()).unwrap();
+                let r = ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+                    .unwrap()
+                    .build()
+                    .unwrap();
+                rows += r.map(|b| b.unwrap().num_rows()).sum::<usize>();
+            }
+        }
+        assert_eq!(rows, 1050);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -5,8 +5,15 @@
 //! processor it never drops what it accepted: when downstream refuses (a full exporter queue),
 //! the batch goes back to the front of the buffer and is retried on the next tick, and new
 //! data is refused (retryable) only while the buffer is over its cap.
+//!
+//! With `metadata_keys` (otelcol's), data is batched separately per distinct combination of
+//! those client-metadata values (from receivers with `include_metadata: true`), at most
+//! `metadata_cardinality_limit` combinations at once (default 1000; data of a new combination
+//! beyond it is refused), and each batch is sent inside a client scope holding those values, so
+//! `headers_setter` can still forward a tenant header after batching.
 
 use async_trait::async_trait;
+use inferwatch_core::auth::ClientInfo;
 use inferwatch_core::component::{
     ComponentError, CreateContext, FieldError, Node, NodeRef, ProcessorFactory, parse_config,
 };
@@ -16,6 +23,7 @@ use inferwatch_core::settings::GoDuration;
 use inferwatch_core::telemetry::ProcessorMetrics;
 use parking_lot::Mutex;
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -30,11 +38,21 @@ pub struct BatchConfig {
     pub send_batch_max_size: usize,
     /// Longest time an item waits before its batch is sent (default 200ms; 0 = send at once).
     pub timeout: GoDuration,
+    /// Client-metadata keys whose values keep batches apart (case-insensitive; default none).
+    pub metadata_keys: Vec<String>,
+    /// Most distinct metadata value combinations batched at once (default 1000).
+    pub metadata_cardinality_limit: usize,
 }
 
 impl Default for BatchConfig {
     fn default() -> Self {
-        BatchConfig { send_batch_size: 8192, send_batch_max_size: 0, timeout: GoDuration(Duration::from_millis(200)) }
+        BatchConfig {
+            send_batch_size: 8192,
+            send_batch_max_size: 0,
+            timeout: GoDuration(Duration::from_millis(200)),
+            metadata_keys: Vec::new(),
+            metadata_cardinality_limit: 1000,
+        }
     }
 }
 
@@ -45,6 +63,20 @@ impl BatchConfig {
                 "send_batch_max_size",
                 "must be greater than or equal to send_batch_size (or 0 for no limit)",
             ));
+        }
+        for (i, k) in self.metadata_keys.iter().enumerate() {
+            if http::HeaderName::try_from(k.to_ascii_lowercase()).is_err() {
+                return Err(FieldError {
+                    path: vec![
+                        inferwatch_core::component::PathSeg::Key("metadata_keys".into()),
+                        inferwatch_core::component::PathSeg::Index(i),
+                    ],
+                    message: format!("{k:?} is not a valid metadata (header) name"),
+                });
+            }
+        }
+        if !self.metadata_keys.is_empty() && self.metadata_cardinality_limit == 0 {
+            return Err(FieldError::at("metadata_cardinality_limit", "must be at least 1 with metadata_keys"));
         }
         Ok(())
     }
@@ -86,6 +118,31 @@ struct Buffer {
     items: usize,
     /// When the oldest buffered item arrived.
     since: Option<Instant>,
+    /// The client scope its batches are sent in (`metadata_keys` only).
+    client: Option<Arc<ClientInfo>>,
+}
+
+/// The values of the `metadata_keys`, in order: one partition of the buffer each.
+type PartKey = Vec<Vec<String>>;
+
+/// The buffer, one partition per metadata value combination (one partition without
+/// `metadata_keys`).
+#[derive(Default)]
+struct Buffers {
+    parts: HashMap<PartKey, Buffer>,
+    /// Items over all partitions.
+    items: usize,
+}
+
+/// Which partitions a flush takes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// Those holding at least `send_batch_size` items.
+    Full,
+    /// Those whose oldest item waited `timeout` (everything in them).
+    Due,
+    /// Everything.
+    All,
 }
 
 /// The running processor.
@@ -101,7 +158,7 @@ struct Inner {
     signal: Signal,
     name: String,
     next: ConsumerRef,
-    buf: Mutex<Buffer>,
+    buf: Mutex<Buffers>,
     metrics: ProcessorMetrics,
     /// Items taken from the buffer and being sent.
     in_flight: std::sync::atomic::AtomicUsize,
@@ -129,7 +186,7 @@ impl Batch {
             signal,
             name,
             next,
-            buf: Mutex::new(Buffer { pending: Payload::empty(signal), items: 0, since: None }),
+            buf: Mutex::new(Buffers::default()),
             metrics,
             in_flight: std::sync::atomic::AtomicUsize::new(0),
         };
@@ -142,28 +199,50 @@ impl Inner {
         if self.config.send_batch_max_size > 0 { self.config.send_batch_max_size } else { usize::MAX }
     }
 
-    /// Takes up to one batch from the buffer when `force` or when it is full enough.
-    fn take_batch(&self, force: bool) -> Option<Payload> {
-        let mut b = self.buf.lock();
-        if b.items == 0 || (!force && b.items < self.config.send_batch_size) {
-            return None;
-        }
-        let take = b.items.min(self.max_size());
-        let batch = if take >= b.items {
-            b.items = 0;
-            b.since = None;
-            std::mem::replace(&mut b.pending, Payload::empty(self.signal))
+    /// Takes up to one batch from a partition that `mode` selects.
+    fn take_batch(&self, mode: Take) -> Option<(PartKey, Payload, Option<Arc<ClientInfo>>)> {
+        let mut bufs = self.buf.lock();
+        let (size, timeout) = (self.config.send_batch_size, self.config.timeout.0);
+        let key = bufs
+            .parts
+            .iter()
+            .find(|(_, b)| {
+                b.items > 0
+                    && match mode {
+                        Take::Full => b.items >= size,
+                        Take::Due => b.since.is_some_and(|s| s.elapsed() >= timeout),
+                        Take::All => true,
+                    }
+            })
+            .map(|(k, _)| k.clone())?;
+        let max = self.max_size();
+        let b = bufs.parts.get_mut(&key)?;
+        let take = b.items.min(max);
+        let client = b.client.clone();
+        let (batch, emptied) = if take >= b.items {
+            (std::mem::replace(&mut b.pending, Payload::empty(self.signal)), true)
         } else {
             let part = b.pending.split_off_front(take);
             b.items = b.pending.item_count();
-            part
+            (part, false)
         };
-        Some(batch)
+        if emptied {
+            bufs.parts.remove(&key);
+        }
+        bufs.items = bufs.items.saturating_sub(batch.item_count());
+        Some((key, batch, client))
     }
 
-    /// Puts a refused batch back at the front of the buffer.
-    fn put_back(&self, mut batch: Payload) {
-        let mut b = self.buf.lock();
+    /// Puts a refused batch back at the front of its partition.
+    fn put_back(&self, key: PartKey, mut batch: Payload, client: Option<Arc<ClientInfo>>) {
+        let mut bufs = self.buf.lock();
+        let n = batch.item_count();
+        let b = bufs.parts.entry(key).or_insert_with(|| Buffer {
+            pending: Payload::empty(self.signal),
+            items: 0,
+            since: None,
+            client,
+        });
         let rest = std::mem::replace(&mut b.pending, Payload::empty(self.signal));
         // Same signal by construction, so append cannot fail; keep both halves regardless.
         if let Err(rest) = batch.append(rest) {
@@ -173,14 +252,21 @@ impl Inner {
         b.items = batch.item_count();
         b.pending = batch;
         b.since.get_or_insert_with(Instant::now);
+        bufs.items += n;
     }
 
-    /// Sends batches while the buffer is full enough (`force`: everything).
-    async fn flush(&self, force: bool) -> Flush {
-        while let Some(batch) = self.take_batch(force) {
+    /// Sends batches while a partition is selected by `mode`.
+    async fn flush(&self, mode: Take) -> Flush {
+        while let Some((key, batch, client)) = self.take_batch(mode) {
             let n = batch.item_count();
             self.in_flight.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
-            let result = self.next.consume(batch.clone()).await;
+            // Without metadata_keys a batch mixes clients: it goes out as nobody's (as in otelcol),
+            // not in the scope of whichever caller happened to fill it.
+            let scope = client.clone().unwrap_or_default();
+            // The batch was acknowledged to its senders already: a full queue downstream refuses
+            // it without counting it in enqueue_failed again at every tick it is offered.
+            let offer = ClientInfo::scope(scope, self.next.consume(batch.clone()));
+            let result = inferwatch_core::exporterhelper::offer_held(offer).await;
             self.in_flight.fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
             match result {
                 Ok(()) => {}
@@ -195,7 +281,7 @@ impl Inner {
                         "some exporters refused a batch that others accepted; not re-sending it");
                 }
                 Err(ConsumeError::Refused { .. }) => {
-                    self.put_back(batch);
+                    self.put_back(key, batch, client);
                     return Flush::Refused;
                 }
             }
@@ -204,13 +290,29 @@ impl Inner {
     }
 
     async fn tick(&self) {
-        let due = {
-            let b = self.buf.lock();
-            b.since.is_some_and(|s| s.elapsed() >= self.config.timeout.0)
-        };
-        if due {
-            let _ = self.flush(true).await;
+        let _ = self.flush(Take::Due).await;
+    }
+
+    /// The partition of the current client's data and the scope its batches go out in.
+    fn partition(&self) -> (PartKey, Option<Arc<ClientInfo>>) {
+        if self.config.metadata_keys.is_empty() {
+            return (Vec::new(), None);
         }
+        let current = ClientInfo::current();
+        let mut metadata = http::HeaderMap::new();
+        let mut key = Vec::with_capacity(self.config.metadata_keys.len());
+        for k in &self.config.metadata_keys {
+            let values = current.as_ref().map(|c| c.metadata_values(k)).unwrap_or_default();
+            if let Ok(name) = http::HeaderName::try_from(k.to_ascii_lowercase()) {
+                for v in &values {
+                    if let Ok(v) = http::HeaderValue::from_str(v) {
+                        metadata.append(name.clone(), v);
+                    }
+                }
+            }
+            key.push(values);
+        }
+        (key, Some(Arc::new(ClientInfo { metadata, ..Default::default() })))
     }
 }
 
@@ -222,10 +324,11 @@ impl Consumer for Batch {
         if n == 0 {
             return Ok(());
         }
+        let (key, client) = me.partition();
         {
-            let mut b = me.buf.lock();
-            if b.items > 0 && b.items + n > me.config.hold_cap() {
-                drop(b);
+            let mut bufs = me.buf.lock();
+            if bufs.items > 0 && bufs.items + n > me.config.hold_cap() {
+                drop(bufs);
                 me.metrics.refused.inc_by(n as u64);
                 return Err(ConsumeError::refused(
                     RefuseReason::QueueFull,
@@ -233,15 +336,38 @@ impl Consumer for Batch {
                     format!("batch processor {} buffer is full (downstream is not keeping up)", me.name),
                 ));
             }
+            if !me.config.metadata_keys.is_empty()
+                && !bufs.parts.contains_key(&key)
+                && bufs.parts.len() >= me.config.metadata_cardinality_limit
+            {
+                drop(bufs);
+                me.metrics.refused.inc_by(n as u64);
+                return Err(ConsumeError::Permanent(format!(
+                    "batch processor {}: too many batcher metadata-value combinations (metadata_cardinality_limit {})",
+                    me.name, me.config.metadata_cardinality_limit
+                )));
+            }
+            let signal = me.signal;
+            let b = bufs.parts.entry(key).or_insert_with(|| Buffer {
+                pending: Payload::empty(signal),
+                items: 0,
+                since: None,
+                client,
+            });
             if let Err(other) = b.pending.append(data) {
+                let empty = b.items == 0;
+                if empty {
+                    bufs.parts.retain(|_, b| b.items > 0);
+                }
                 return Err(ConsumeError::Permanent(format!("expected {} data, got {}", me.signal, other.signal())));
             }
             b.items += n;
             b.since.get_or_insert_with(Instant::now);
+            bufs.items += n;
         }
         // Accepted. Send now if the buffer is full enough (or batching by time is off);
         // a refusal keeps the data buffered for the timer to retry.
-        let _ = me.flush(me.config.timeout.0.is_zero()).await;
+        let _ = me.flush(if me.config.timeout.0.is_zero() { Take::All } else { Take::Full }).await;
         Ok(())
     }
 }
@@ -279,7 +405,7 @@ impl Node for Batch {
         let me = &self.inner;
         let drain = async {
             loop {
-                match me.flush(true).await {
+                match me.flush(Take::All).await {
                     Flush::Done => return,
                     Flush::Refused => tokio::time::sleep(Duration::from_millis(50)).await,
                 }
@@ -359,6 +485,7 @@ mod tests {
             send_batch_size: 10,
             send_batch_max_size: 15,
             timeout: GoDuration(Duration::from_secs(3600)),
+            ..Default::default()
         };
         let b = batch(cfg, sink.clone());
         b.consume(spans(0, 6)).await.unwrap();
@@ -379,6 +506,7 @@ mod tests {
             send_batch_size: 1000,
             send_batch_max_size: 0,
             timeout: GoDuration(Duration::from_millis(20)),
+            ..Default::default()
         };
         let b = batch(cfg, sink.clone());
         b.start().await.unwrap();
@@ -393,8 +521,12 @@ mod tests {
     async fn refusal_keeps_data_then_refuses_new_data_when_full() {
         let sink = Arc::new(Sink::default());
         sink.refuse.store(true, Ordering::SeqCst);
-        let cfg =
-            BatchConfig { send_batch_size: 10, send_batch_max_size: 0, timeout: GoDuration(Duration::from_secs(3600)) };
+        let cfg = BatchConfig {
+            send_batch_size: 10,
+            send_batch_max_size: 0,
+            timeout: GoDuration(Duration::from_secs(3600)),
+            ..Default::default()
+        };
         let b = batch(cfg, sink.clone());
         // hold cap is 40 items: accepted while buffered, then refused.
         for i in 0..4 {
@@ -435,8 +567,12 @@ mod tests {
         let sink = Arc::new(Partial::default());
         let t = Telemetry::new();
         let id = ComponentId::parse("batch").unwrap();
-        let cfg =
-            BatchConfig { send_batch_size: 10, send_batch_max_size: 0, timeout: GoDuration(Duration::from_secs(3600)) };
+        let cfg = BatchConfig {
+            send_batch_size: 10,
+            send_batch_max_size: 0,
+            timeout: GoDuration(Duration::from_secs(3600)),
+            ..Default::default()
+        };
         let b = Batch::new(cfg, Signal::Traces, sink.clone(), t.processor(&id, Signal::Traces), "batch".into());
         b.consume(spans(0, 10)).await.unwrap();
         b.consume(spans(10, 10)).await.unwrap();
@@ -469,6 +605,88 @@ mod tests {
         let lost = b.shutdown(Instant::now() + Duration::from_millis(200)).await;
         assert_eq!(lost, 7);
         assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    /// Records each batch with the `x-tenant` of the client scope it arrived in.
+    #[derive(Default)]
+    struct TenantSink {
+        got: Mutex<Vec<(Vec<String>, Vec<usize>)>>,
+    }
+    #[async_trait]
+    impl Consumer for TenantSink {
+        async fn consume(&self, d: Payload) -> Result<(), ConsumeError> {
+            let tenant = ClientInfo::current().map(|c| c.metadata_values("x-tenant")).unwrap_or_default();
+            self.got.lock().push((tenant, names(&d)));
+            Ok(())
+        }
+    }
+
+    fn tenant(t: &'static str) -> Arc<ClientInfo> {
+        let mut md = http::HeaderMap::new();
+        md.insert("x-tenant", http::HeaderValue::from_static(t));
+        md.insert("x-other", http::HeaderValue::from_static("dropped"));
+        Arc::new(ClientInfo { metadata: md, ..Default::default() })
+    }
+
+    #[tokio::test]
+    async fn metadata_keys_keep_tenants_apart_and_restore_their_scope() {
+        let sink = Arc::new(TenantSink::default());
+        let t = Telemetry::new();
+        let id = ComponentId::parse("batch").unwrap();
+        let cfg = BatchConfig {
+            send_batch_size: 4,
+            timeout: GoDuration(Duration::from_secs(3600)),
+            metadata_keys: vec!["X-Tenant".into()],
+            metadata_cardinality_limit: 2,
+            ..Default::default()
+        };
+        let b = Batch::new(cfg, Signal::Traces, sink.clone(), t.processor(&id, Signal::Traces), "batch".into());
+        ClientInfo::scope(tenant("a"), b.consume(spans(0, 2))).await.unwrap();
+        ClientInfo::scope(tenant("b"), b.consume(spans(100, 2))).await.unwrap();
+        ClientInfo::scope(tenant("a"), b.consume(spans(2, 2))).await.unwrap();
+        // Tenant a reached 4 items and went out alone, in its own scope.
+        assert_eq!(sink.got.lock().clone(), vec![(vec!["a".to_string()], vec![0, 1, 2, 3])]);
+        // A third combination is over metadata_cardinality_limit: refused, counted.
+        let e = ClientInfo::scope(tenant("c"), b.consume(spans(200, 1))).await;
+        assert!(e.is_ok(), "a's partition was emptied, so c fits: {e:?}");
+        let e = ClientInfo::scope(tenant("d"), b.consume(spans(300, 1))).await.unwrap_err();
+        assert!(e.to_string().contains("metadata_cardinality_limit"), "{e}");
+        assert_eq!(t.processor(&id, Signal::Traces).refused.get(), 1);
+        assert_eq!(b.shutdown(Instant::now() + Duration::from_secs(1)).await, 0);
+        let mut got = sink.got.lock().clone();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                (vec!["a".to_string()], vec![0, 1, 2, 3]),
+                (vec!["b".to_string()], vec![100, 101]),
+                (vec!["c".to_string()], vec![200]),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn without_metadata_keys_batches_go_out_without_a_client() {
+        let sink = Arc::new(TenantSink::default());
+        let cfg =
+            BatchConfig { send_batch_size: 4, timeout: GoDuration(Duration::from_secs(3600)), ..Default::default() };
+        let t = Telemetry::new();
+        let id = ComponentId::parse("batch").unwrap();
+        let b = Batch::new(cfg, Signal::Traces, sink.clone(), t.processor(&id, Signal::Traces), "batch".into());
+        ClientInfo::scope(tenant("a"), b.consume(spans(0, 2))).await.unwrap();
+        ClientInfo::scope(tenant("b"), b.consume(spans(2, 2))).await.unwrap();
+        assert_eq!(sink.got.lock().clone(), vec![(Vec::<String>::new(), vec![0, 1, 2, 3])]);
+    }
+
+    #[test]
+    fn bad_metadata_keys_are_rejected() {
+        let e = BatchFactory.validate(&serde_json::json!({"metadata_keys": ["ok", "bad key"]})).unwrap_err();
+        assert_eq!(e.path.last(), Some(&inferwatch_core::component::PathSeg::Index(1)));
+        assert!(
+            BatchFactory
+                .validate(&serde_json::json!({"metadata_keys": ["a"], "metadata_cardinality_limit": 0}))
+                .is_err()
+        );
     }
 
     #[test]

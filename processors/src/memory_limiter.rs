@@ -5,6 +5,10 @@
 //! measures again; if still above, each `consume` is refused with a retryable
 //! [`RefuseReason::MemoryLimit`] (gRPC RESOURCE_EXHAUSTED / HTTP 429 at the receiver); once
 //! memory falls below the soft limit, data flows again.
+//!
+//! The bytes the listeners are decompressing or hold decompressed
+//! ([`inferwatch_core::server::inflate::inflight_bytes`]) count on top of the last reading at
+//! every `consume`, so a burst of compressed requests is refused before it shows in the RSS.
 
 use async_trait::async_trait;
 use inferwatch_core::component::{
@@ -169,15 +173,16 @@ impl MemoryLimiter {
 }
 
 fn check_once(state: &State, limits: Limits, probe: &(dyn Fn() -> u64 + Send + Sync), id: &str) -> u64 {
+    let inflating = inferwatch_core::server::inflate::inflight_bytes() as u64;
     let mut rss = probe();
-    if rss > limits.soft {
+    if rss.saturating_add(inflating) > limits.soft {
         // Freed memory may still be held by the allocator: hand it back, then measure again.
         process::release_free_memory();
         rss = probe();
     }
     state.last_rss.store(rss, Ordering::Relaxed);
     let was = state.refusing.load(Ordering::Relaxed);
-    let now = rss > limits.soft;
+    let now = rss.saturating_add(inflating) > limits.soft;
     if now != was {
         state.refusing.store(now, Ordering::Relaxed);
         if now {
@@ -193,15 +198,18 @@ fn check_once(state: &State, limits: Limits, probe: &(dyn Fn() -> u64 + Send + S
 #[async_trait]
 impl Consumer for MemoryLimiter {
     async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        if self.state.refusing.load(Ordering::Relaxed) {
+        let inflating = inferwatch_core::server::inflate::inflight_bytes() as u64;
+        let over = self.state.last_rss.load(Ordering::Relaxed).saturating_add(inflating) > self.limits.soft;
+        if self.state.refusing.load(Ordering::Relaxed) || over {
             let n = data.item_count() as u64;
             self.metrics.refused.inc_by(n);
             return Err(ConsumeError::refused(
                 RefuseReason::MemoryLimit,
                 Some(self.interval.max(Duration::from_secs(1))),
                 format!(
-                    "memory usage {} MiB is above the soft limit {} MiB",
-                    self.state.last_rss.load(Ordering::Relaxed) / MIB,
+                    "memory usage {} MiB (with {} MiB being decompressed) is above the soft limit {} MiB",
+                    (self.state.last_rss.load(Ordering::Relaxed) + inflating) / MIB,
+                    inflating / MIB,
                     self.limits.soft / MIB
                 ),
             ));
@@ -284,6 +292,21 @@ mod tests {
         assert!(matches!(e, ConsumeError::Refused { reason: RefuseReason::MemoryLimit, retry_after: Some(_), .. }));
         rss.store(50 * MIB, Ordering::SeqCst);
         l.check();
+        assert!(l.consume(Payload::empty(Signal::Traces)).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn bytes_being_decompressed_count_towards_the_limit() {
+        // 70 MiB RSS is under the 80 MiB soft limit; 20 MiB being inflated puts it over.
+        let l = limiter(Arc::new(|| 70 * MIB));
+        l.check();
+        assert!(l.consume(Payload::empty(Signal::Traces)).await.is_ok());
+        let budget = inferwatch_core::server::inflate::global();
+        let mut r = budget.reservation();
+        r.grow(20 * MIB as usize, Duration::ZERO).await.unwrap();
+        let e = l.consume(Payload::empty(Signal::Traces)).await.unwrap_err();
+        assert!(e.to_string().contains("being decompressed"), "{e}");
+        drop(r);
         assert!(l.consume(Payload::empty(Signal::Traces)).await.is_ok());
     }
 

@@ -504,6 +504,7 @@ fn batches(points: &[In], seed: u64, max_batches: u64) -> Vec<Vec<In>> {
 }
 
 /// The tests, in a module so that `cargo test -p inferwatch-processors zscore` selects them.
+#[allow(clippy::module_inception)]
 mod zscore_skew {
     use super::*;
 

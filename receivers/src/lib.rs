@@ -1,5 +1,7 @@
 //! inferwatch receivers: components that take telemetry in from outside.
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod nvml;
 pub mod otlp;
 pub mod prometheus;

@@ -227,6 +227,7 @@ fn host(inputs: Vec<PathBuf>, state: Arc<StateRegistry>) -> Arc<Host> {
     Arc::new(Host {
         state,
         replay: Some(Arc::new(ReplayControl { inputs, speed: None, progress: Default::default() })),
+        ..Default::default()
     })
 }
 
@@ -545,6 +546,7 @@ async fn speed_paces_chunks_by_their_event_times() {
             speed: Some(5.0),
             progress: Default::default(),
         })),
+        ..Default::default()
     });
     let rec = Recorder::new();
     let t = std::time::Instant::now();

@@ -1,7 +1,6 @@
 //! The OpenAI-compatible API of the real-time simulator, end to end over HTTP.
 
-#[path = "server_support.rs"]
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::*;

@@ -1,8 +1,7 @@
 //! Starting the simulator from a config file and flags; KV pressure, preemption and engine
 //! errors as clients see them.
 
-#[path = "server_support.rs"]
-mod support;
+use crate::support;
 
 use inferwatch_sim::server::{ServerError, SimServer};
 use serde_json::{Value, json};

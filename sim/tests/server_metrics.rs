@@ -1,8 +1,7 @@
 //! `/metrics` against the table of shared/reference/llm-telemetry.md §2 (names, types,
 //! labels, buckets), its values against the requests served, and `promtool check metrics`.
 
-#[path = "server_support.rs"]
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

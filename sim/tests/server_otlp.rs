@@ -1,8 +1,7 @@
 //! The simulator's OTLP output: `llm_request` spans (gRPC and http/protobuf) consistent with
 //! the responses, W3C traceparent honoured, and the per-layer KV usage gauge.
 
-#[path = "server_support.rs"]
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

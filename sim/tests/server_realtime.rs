@@ -1,8 +1,7 @@
 //! The real-time driver keeps the engine's timing: measured by a client over HTTP with the
 //! study's method, the a10g profile reproduces the study's TTFT and TPS within 10 %.
 
-#[path = "server_support.rs"]
-mod support;
+use crate::support;
 
 use std::time::Instant;
 

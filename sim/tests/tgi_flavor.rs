@@ -3,8 +3,7 @@
 //! with counts that follow the traffic, `GET /info`, and TGI's router handler spans with
 //! Debug-formatted durations (shared/reference/llm-telemetry.md §3).
 
-#[path = "server_support.rs"]
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

@@ -180,3 +180,58 @@ def test_default_pipeline_yaml_is_valid(run_cli):
         pytest.skip("no pipeline.yaml")
     r = run_cli("validate", cwd=root)
     assert r.returncode == 0, r.stderr
+
+
+# ---- config memory: alias budget in bytes, file-size cap (issue 15) ------------------------
+
+def _run_measured(inferwatch_bin: str, *args: str, cwd: Path, timeout: float = 20) -> tuple[int, str, float, int]:
+    """Runs the binary in a fresh Python so RUSAGE_CHILDREN is the agent's own peak RSS:
+    (exit code, stderr, seconds, peak RSS in KiB)."""
+    import json
+    import subprocess
+    import sys
+
+    probe = (
+        "import json,resource,subprocess,sys,time\n"
+        "t=time.monotonic()\n"
+        "p=subprocess.run(sys.argv[1:],capture_output=True,text=True,stdin=subprocess.DEVNULL)\n"
+        "print(json.dumps([p.returncode,p.stderr,time.monotonic()-t,"
+        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, inferwatch_bin, *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=cwd)
+    rc, err, took, rss = json.loads(out.stdout.strip().splitlines()[-1])
+    return rc, err, took, rss
+
+
+@pytest.mark.parametrize("cmd", ["validate", "run"])
+def test_aliased_megabyte_scalar_is_refused_by_the_byte_budget(inferwatch_bin, tmp_path, cmd):
+    """A 1 MiB scalar aliased 4,000 times (4 GiB expanded; 4.2 GiB RSS for 8.3 s before) is
+    refused with exit 2 at the alias that crosses the 16 MiB budget, fast and small."""
+    lines = [f"big: &big {'x' * (1 << 20)}", "exporters:", "  debug:", "    list:"]
+    lines += ["      - *big"] * 4000
+    (tmp_path / "bomb.yaml").write_text("\n".join(lines) + "\n")
+    rc, err, took, rss_kib = _run_measured(inferwatch_bin, cmd, "--config", "bomb.yaml", cwd=tmp_path)
+    print(f"alias bomb ({cmd}): exit {rc} in {took:.3f}s, peak RSS {rss_kib / 1024:.0f} MiB")
+    assert rc == 2, err
+    # The 17th alias crosses 16 MiB: line 4 + 17, column 9 (the `*`).
+    assert not match([("bomb.yaml:21:9", "exporters.debug.list[16]", "MiB of text")], error_lines(err)), err
+    assert took < 1.0, f"{took:.2f}s"
+    assert rss_kib < 200 * 1024, f"peak RSS {rss_kib / 1024:.0f} MiB"
+
+
+@pytest.mark.parametrize("cmd", ["validate", "run"])
+def test_endless_config_file_is_read_with_a_cap(inferwatch_bin, tmp_path, cmd):
+    """`--config /dev/zero` was read until memory ran out; now 16 MiB are read and refused."""
+    rc, err, took, rss_kib = _run_measured(inferwatch_bin, cmd, "--config", "/dev/zero", cwd=tmp_path)
+    print(f"/dev/zero ({cmd}): exit {rc} in {took:.3f}s, peak RSS {rss_kib / 1024:.0f} MiB")
+    assert rc == 2, err
+    assert "/dev/zero" in err and "larger than the 16 MiB" in err, err
+    assert took < 2.0, f"{took:.2f}s"
+    assert rss_kib < 200 * 1024, f"peak RSS {rss_kib / 1024:.0f} MiB"
+    # A regular file over the cap too; one just under it is read (and here is not YAML-valid
+    # as a configuration, which is a different error).
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * (16 * 1024 * 1024 + 1))
+    rc, err, _, _ = _run_measured(inferwatch_bin, cmd, "--config", "big.yaml", cwd=tmp_path)
+    assert rc == 2 and "larger than the 16 MiB" in err, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 import time
 
 import grpc
@@ -121,6 +122,10 @@ def test_dead_exporter_does_not_block_live_one(agents, grpc_sink):
     assert a.metric("otelcol_receiver_refused_spans_total") == 0
     # The dead exporter holds its data (queued or retrying), and the agent still reports healthy.
     assert a.health() == 200
+    # Its data can never be delivered: the stop says how much was dropped and exits 3.
+    rc = a.stop(timeout=15)
+    assert rc == 3, f"exit {rc}: a stop that drops accepted data must not exit 0\n{a.log()[-2000:]}"
+    assert "accepted items could not be delivered and were dropped" in a.log(), a.log()[-2000:]
 
 
 @pytest.mark.parametrize("kind", ["otlp", "otlphttp"])
@@ -147,3 +152,94 @@ def test_server_retry_delay_replaces_backoff(agents, grpc_sink, http_sink, kind)
     assert [at.ok for at in attempts] == [False, True], sink.summary()
     gap = attempts[1].at - attempts[0].at
     assert 1.8 <= gap <= 6, f"retried after {gap:.2f}s; the server asked for 2s"
+
+
+# ---- a corrupt state file (issue 15): quarantined, never a crash loop -----------------------
+
+STATE_FILE = "inferwatch-state.redb"
+
+
+def storage_config(state_dir, on_corrupt: str | None = None):
+    cfg, ports = make_config({"debug": {}}, signals=("traces",))
+    st = {"directory": str(state_dir), "checkpoint_interval": "100ms"}
+    if on_corrupt:
+        st["on_corrupt"] = on_corrupt
+    cfg["extensions"]["storage"] = st
+    cfg["service"]["extensions"].append("storage")
+    return cfg, ports
+
+
+def write_valid_state(agents, state_dir) -> bytes:
+    cfg, ports = storage_config(state_dir)
+    a = agents("seed", cfg, ports)
+    a.wait_metric("inferwatch_checkpoints_total", lambda v: v >= 1, result="ok")
+    assert a.stop(timeout=15) == 0, a.log()
+    return (state_dir / STATE_FILE).read_bytes()
+
+
+def corrupt(kind: str, path, valid: bytes) -> None:
+    if kind == "garbage":
+        path.write_bytes(b"\x5a" * len(valid))
+    elif kind == "flipped":
+        # Every byte after the header flipped: what a failing disk or a bad copy leaves.
+        path.write_bytes(valid[:512] + bytes(b ^ 0xFF for b in valid[512:]))
+    elif kind == "header":
+        path.write_bytes(bytes(b ^ 0xFF for b in valid[:4096]) + valid[4096:])
+    elif kind == "truncated":
+        path.write_bytes(valid[: len(valid) // 3])
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "directory":
+        path.unlink()
+        path.mkdir()
+    else:
+        raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["garbage", "flipped", "header", "truncated", "empty", "directory"])
+def test_corrupt_state_file_is_moved_aside_and_the_agent_serves(agents, tmp_path, kind):
+    state = tmp_path / "state"
+    valid = write_valid_state(agents, state)
+    corrupt(kind, state / STATE_FILE, valid)
+    cfg, ports = storage_config(state)
+    a = agents("agent", cfg, ports)  # starts and serves: no exit 1, no panic (101), no crash loop
+    assert a.health() == 200
+    moved = sorted(p.name for p in state.iterdir() if ".corrupt-" in p.name)
+    log = a.log()
+    warns = [l for l in log.splitlines() if "WARN" in l and "state file unusable" in l]
+    if kind == "truncated" and not moved:
+        # redb can repair a file cut after its last commit; then nothing was lost.
+        assert not warns, log
+    else:
+        assert len(moved) == 1, (moved, log)
+        assert re.fullmatch(r"inferwatch-state\.redb\.corrupt-\d+", moved[0]), moved
+        assert len(warns) == 1, log
+        assert moved[0] in warns[0], warns[0]
+        reason = a.metric("inferwatch_state_unusable_total", scope="file")
+        assert reason == 1, a.metrics_text()
+        if kind == "empty":
+            assert "reason=empty" in warns[0] or 'reason="empty"' in warns[0] or "0 bytes" in warns[0], warns[0]
+    assert "panicked at" not in log, log  # no panic escaped to the default hook
+    # The fresh store works: checkpoints succeed, and a restart finds no corruption.
+    a.wait_metric("inferwatch_checkpoints_total", lambda v: v >= 2, result="ok")
+    assert a.stop(timeout=15) == 0, a.log()
+    b = agents("again", cfg, ports)
+    assert "state file unusable" not in b.log(), b.log()
+
+
+def test_on_corrupt_fail_exits_2_with_one_line_and_keeps_the_file(agents, tmp_path):
+    state = tmp_path / "state"
+    valid = write_valid_state(agents, state)
+    corrupt("garbage", state / STATE_FILE, valid)
+    cfg, ports = storage_config(state, on_corrupt="fail")
+    a = agents("agent", cfg, ports, start=False)
+    a.start(wait=False)
+    rc = a.proc.wait(20)
+    log = a.log()
+    assert rc == 2, f"exit {rc}\n{log}"
+    errors = [l for l in log.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1, log
+    assert str(state / STATE_FILE) in errors[0] and "on_corrupt" in errors[0], errors[0]
+    assert "panicked at" not in log, log  # no panic escaped to the default hook
+    assert (state / STATE_FILE).read_bytes() == b"\x5a" * len(valid), "the file must be left as it was"
+    assert not [p for p in state.iterdir() if ".corrupt-" in p.name]

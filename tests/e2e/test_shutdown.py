@@ -3,10 +3,12 @@ and nothing the agent acknowledged is lost."""
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
 
+import pytest
 import requests
 
 from support.agent import free_port, make_config, otlp_exporter
@@ -82,11 +84,14 @@ def test_sigterm_with_dead_downstream_exits_within_timeout(agents):
         time.sleep(0.05)  # polling interval
     rc = a.stop(timeout=15)
     took = time.monotonic() - t0
-    assert rc == 0
+    # Accepted data was dropped: the exit code says so (3), distinct from a bad config (2).
+    assert rc == 3, f"exit {rc}\n{a.log()[-2000:]}"
     assert took <= 2 + 2, f"shutdown with an undeliverable queue took {took:.1f}s (timeout 2s)"
     assert health != 200, "health_check still answered 200 1.5 s into the shutdown"
     # The loss is reported, not silent.
     assert "could not be delivered" in a.log() or "undelivered" in a.log() or "dropped" in a.log(), a.log()[-2000:]
+    m = re.search(r"(\d+) accepted items could not be delivered and were dropped", a.log())
+    assert m and int(m.group(1)) == 100, a.log()[-2000:]
 
 
 def test_sigint_is_a_graceful_stop_too(agents, grpc_sink):
@@ -128,3 +133,41 @@ def test_port_in_use_fails_start_loudly(agents):
     assert rc not in (0, None), a.log()
     assert rc != 2, "exit 2 is for configuration errors"
     assert f"127.0.0.1:{ports.grpc}" in a.log(), a.log()
+
+
+def test_open_files_soft_limit_is_raised_to_the_hard_limit(agents, tmp_path):
+    """At the 1,024 soft limit a default unit leaves, the agent raises it to the hard limit."""
+    import os
+    import resource
+    import subprocess
+
+    from support import yamlgen
+    from support.agent import binary
+
+    cfg, ports = make_config({"debug": {}}, signals=("traces",))
+    path = tmp_path / "nofile.yaml"
+    path.write_text(yamlgen.dump(cfg))
+    soft, hard = 1024, min(8192, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    if hard <= soft:
+        pytest.skip(f"hard limit {hard} leaves nothing to raise")
+    log = tmp_path / "nofile.log"
+    env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
+    with open(log, "wb") as out:
+        p = subprocess.Popen([binary(), "--log-level", "info", "run", "--config", str(path)], stdout=out,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+    try:
+        deadline = time.monotonic() + 20
+        limits = ""
+        while time.monotonic() < deadline and p.poll() is None:
+            if "pipelines running" in log.read_text():
+                limits = open(f"/proc/{p.pid}/limits").read()
+                break
+            time.sleep(0.05)  # polling interval
+        line = next((l for l in limits.splitlines() if l.startswith("Max open files")), "")
+        assert line.split()[3:5] == [str(hard), str(hard)], (line, log.read_text())
+        text = log.read_text()
+        assert "raised the open-files limit" in text and f"old={soft}" in text and f"new={hard}" in text, text
+    finally:
+        p.terminate()
+        assert p.wait(15) == 0

@@ -107,6 +107,7 @@ def _collapse_phase(sim, tag: str, words: int, n: int = 6) -> dict:
     res = run_load(one, n, workers=2)
     tokens = {s.usage.prompt_tokens for s in res}
     return {"ttft": percentile([s.ttft for s in res], 0.95), "e2e": percentile([s.e2e for s in res], 0.95),
+            "ttft_p50": percentile([s.ttft for s in res], 0.5), "e2e_p50": percentile([s.e2e for s in res], 0.5),
             "tokens": tokens}
 
 
@@ -129,9 +130,11 @@ def test_context_length_collapse(sims):
     # long prompts: work past 4096 tokens costs 4x, so a 7k prompt's prefill about doubles
     assert f_long["ttft"] >= 1.6 * h_long["ttft"], report
     assert f_long["e2e"] >= 1.3 * h_long["e2e"], report
-    # short prompts do not move
-    assert f_short["ttft"] <= 1.5 * h_short["ttft"] + 0.05, report
-    assert f_short["e2e"] <= 1.5 * h_short["e2e"] + 0.05, report
+    # short prompts do not move: medians (a busy machine's scheduling delays reach the p95 of
+    # tens-of-milliseconds calls) with an additive margin for the same reason; a fault that
+    # slowed every prompt is caught by the long/short ratio below
+    assert f_short["ttft_p50"] <= 1.5 * h_short["ttft_p50"] + 0.15, report
+    assert f_short["e2e_p50"] <= 1.5 * h_short["e2e_p50"] + 0.15, report
     # p95 of >4k prompts far above <1k prompts, and further apart than in the healthy control
     assert f_long["ttft"] >= 5 * f_short["ttft"], report
     assert f_long["ttft"] / f_short["ttft"] >= 1.5 * h_long["ttft"] / h_short["ttft"], report

@@ -295,8 +295,13 @@ impl ArrowStage {
         }
         let Some(payload) = payload else { return };
         let mut backoff = Duration::from_millis(10);
+        let mut first = true;
         loop {
-            match self.next.consume_with_batch(payload.clone(), single.clone()).await {
+            // Retries offer data this stage already holds: a full queue counts it once, not per retry.
+            let offer = self.next.consume_with_batch(payload.clone(), single.clone());
+            let result = if first { offer.await } else { crate::exporterhelper::offer_held(offer).await };
+            first = false;
+            match result {
                 Ok(()) => return,
                 Err(e) if e.is_retryable() && !self.stopping.load(Ordering::SeqCst) => {
                     let wait = match &e {

@@ -31,7 +31,7 @@ pub fn load_with_env(paths: &[PathBuf], env: &dyn Fn(&str) -> Option<String>) ->
     let mut root: Option<Node> = None;
     for path in paths {
         let name = path.display().to_string();
-        match std::fs::read_to_string(path) {
+        match read_bounded(path) {
             Ok(text) => {
                 if let Some(node) = read(&name, &text, env, &mut errors) {
                     match &mut root {
@@ -42,17 +42,36 @@ pub fn load_with_env(paths: &[PathBuf], env: &dyn Fn(&str) -> Option<String>) ->
                     }
                 }
             }
-            Err(e) => errors.push(ConfigError {
-                location: None,
-                key: String::new(),
-                message: format!("cannot read {name}: {e}"),
-            }),
+            Err(message) => errors.push(ConfigError { location: None, key: String::new(), message }),
         }
     }
     match root {
         Some(root) if errors.is_empty() => build(&root),
         _ => Err(errors),
     }
+}
+
+/// Largest configuration file read (16 MiB); a larger file (or an endless one such as
+/// `/dev/zero`) is refused after reading this much.
+pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Reads a configuration file, at most [`MAX_CONFIG_BYTES`], as UTF-8. Non-regular files
+/// (pipes, devices) are read through the same cap.
+fn read_bounded(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    let name = path.display();
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read {name}: {e}"))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "cannot read {name}: larger than the {} MiB a configuration file may have",
+            MAX_CONFIG_BYTES >> 20
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!("cannot read {name}: not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to())
+    })
 }
 
 /// Loads one configuration given as text; `name` stands for the file in locations.
@@ -577,6 +596,32 @@ service:
         assert!(e[0].to_string().starts_with(&format!("{}:2:", bad.display())), "{}", e[0]);
         assert!(e[1].message.starts_with("cannot read"), "{}", e[1]);
         assert!(load_with_env(&[], &no_env).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod size_cap_tests {
+    use super::*;
+
+    #[test]
+    fn endless_and_oversized_files_are_refused_after_the_cap() {
+        let t0 = std::time::Instant::now();
+        let e = load_with_env(&[PathBuf::from("/dev/zero")], &|_| None).unwrap_err();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert!(e[0].message.contains("larger than the 16 MiB"), "{}", e[0].message);
+        assert!(e[0].message.contains("/dev/zero"), "{}", e[0].message);
+        let dir = std::env::temp_dir().join(format!("inferwatch-config-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let big = dir.join("big.yaml");
+        std::fs::write(&big, vec![b'#'; MAX_CONFIG_BYTES as usize + 1]).unwrap();
+        let e = load_with_env(std::slice::from_ref(&big), &|_| None).unwrap_err();
+        assert!(e[0].message.contains("larger than"), "{}", e[0].message);
+        // Exactly at the cap is read (and here parses as an empty document).
+        std::fs::write(&big, vec![b'#'; MAX_CONFIG_BYTES as usize]).unwrap();
+        assert_eq!(read_bounded(&big).unwrap().len() as u64, MAX_CONFIG_BYTES);
+        std::fs::write(&big, [b'a', b':', 0xff]).unwrap();
+        assert!(read_bounded(&big).unwrap_err().contains("not UTF-8"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

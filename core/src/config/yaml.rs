@@ -15,6 +15,9 @@ use std::sync::Arc;
 const MAX_DEPTH: usize = 128;
 /// Most nodes a document may expand to through aliases (guards against "billion laughs").
 const MAX_NODES: usize = 1_000_000;
+/// Most bytes of key and scalar text that aliases may add to a document (a large scalar
+/// aliased many times): 16 MiB, as much as the largest configuration file read.
+pub const MAX_ALIAS_BYTES: usize = 16 * 1024 * 1024;
 
 /// A map key with its position.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,12 +118,19 @@ impl Node {
         }
     }
 
-    /// How many nodes this tree holds.
-    fn size(&self) -> usize {
-        1 + match &self.kind {
-            NodeKind::Map(entries) => entries.iter().map(|(_, v)| v.size()).sum(),
-            NodeKind::Seq(items) => items.iter().map(Node::size).sum(),
-            _ => 0,
+    /// How many nodes this tree holds, and how many bytes of key and scalar text.
+    fn size(&self) -> (usize, usize) {
+        match &self.kind {
+            NodeKind::Map(entries) => entries.iter().fold((1, 0), |(n, b), (k, v)| {
+                let (vn, vb) = v.size();
+                (n + vn, b + k.text.len() + vb)
+            }),
+            NodeKind::Seq(items) => items.iter().fold((1, 0), |(n, b), v| {
+                let (vn, vb) = v.size();
+                (n + vn, b + vb)
+            }),
+            NodeKind::Scalar { text, .. } => (1, text.len()),
+            NodeKind::Null => (1, 0),
         }
     }
 }
@@ -195,6 +205,7 @@ pub fn parse(file: &str, text: &str) -> Result<Node, Vec<ConfigError>> {
         anchors: HashMap::new(),
         errors: Vec::new(),
         nodes: 0,
+        alias_bytes: 0,
     };
     match b.document() {
         Ok(node) if b.errors.is_empty() => Ok(node),
@@ -210,10 +221,13 @@ pub fn parse(file: &str, text: &str) -> Result<Node, Vec<ConfigError>> {
 struct Builder<'a> {
     file: Arc<str>,
     parser: Parser<'a, StrInput<'a>>,
-    anchors: HashMap<usize, Node>,
+    /// Anchored nodes with their size (nodes, text bytes), so an alias is priced before it is copied.
+    anchors: HashMap<usize, (Node, (usize, usize))>,
     /// Non-fatal problems (duplicate keys, bad merges); parsing goes on after them.
     errors: Vec<ConfigError>,
     nodes: usize,
+    /// Bytes of text added by alias expansion so far.
+    alias_bytes: usize,
 }
 
 impl<'a> Builder<'a> {
@@ -271,11 +285,25 @@ impl<'a> Builder<'a> {
         let loc = location(&self.file, &span.start);
         let (kind, anchor) = match ev {
             Event::Alias(id) => {
-                let Some(target) = self.anchors.get(&id).cloned() else {
+                let Some(&(_, (nodes, bytes))) = self.anchors.get(&id) else {
                     return Err(self.error(&span.start, key, "unknown anchor"));
                 };
-                self.count(target.size(), &span.start, key)?;
-                return Ok(Node { location: loc, ..target });
+                self.count(nodes, &span.start, key)?;
+                self.alias_bytes = self.alias_bytes.saturating_add(bytes);
+                if self.alias_bytes > MAX_ALIAS_BYTES {
+                    return Err(self.error(
+                        &span.start,
+                        key,
+                        format!(
+                            "document too large after alias expansion: aliases add more than {} MiB of text",
+                            MAX_ALIAS_BYTES >> 20
+                        ),
+                    ));
+                }
+                let Some((target, _)) = self.anchors.get(&id) else {
+                    return Err(self.error(&span.start, key, "unknown anchor"));
+                };
+                return Ok(Node { location: loc, ..target.clone() });
             }
             Event::Scalar(text, style, anchor, tag) => {
                 let is_str = tag.as_ref().is_some_and(|t| t.is_yaml_core_schema() && t.suffix == "str");
@@ -304,7 +332,8 @@ impl<'a> Builder<'a> {
         };
         let node = Node { kind, location: loc };
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            let size = node.size();
+            self.anchors.insert(anchor, (node.clone(), size));
         }
         Ok(node)
     }
@@ -468,5 +497,29 @@ mod tests {
         }
         let e = parse("f", &text).unwrap_err();
         assert!(e[0].message.contains("too large"), "{}", e[0].message);
+    }
+
+    #[test]
+    fn alias_text_is_budgeted_in_bytes() {
+        // A 1 MiB scalar aliased 4,000 times: few nodes, 4 GiB of text. Refused at the alias
+        // that crosses the budget, with its position, before the copies are made.
+        let big = "x".repeat(1 << 20);
+        let mut text = format!("a: &big {big}\nlist:\n");
+        for _ in 0..4000 {
+            text.push_str("  - *big\n");
+        }
+        let t0 = std::time::Instant::now();
+        let e = parse("bomb.yaml", &text).unwrap_err();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2), "{:?}", t0.elapsed());
+        assert!(e[0].message.contains("MiB of text"), "{}", e[0].message);
+        // The 17th alias crosses 16 MiB: line 2 + 17.
+        assert_eq!(lc(e[0].location.as_ref().unwrap()), (19, 5));
+        assert_eq!(e[0].location.as_ref().unwrap().file.as_ref(), "bomb.yaml");
+        // Under the budget is fine.
+        let mut ok = format!("a: &big {}\nlist:\n", "y".repeat(1 << 16));
+        for _ in 0..200 {
+            ok.push_str("  - *big\n");
+        }
+        assert!(parse("f", &ok).is_ok());
     }
 }

@@ -1,11 +1,16 @@
 //! Extension `health_check`: an HTTP endpoint answering 200 while every pipeline runs, 503 otherwise.
 
+use crate::auth::{AuthSettings, ServerAuth};
 use crate::component::{ComponentError, CreateContext, Extension, ExtensionFactory, FieldError, parse_config};
 use crate::graph::StatusHandle;
-use crate::settings::HostPort;
+use crate::server::{Limits, ListenError, Listener, Role};
+use crate::settings::{GoDuration, HostPort};
+use crate::telemetry::Telemetry;
+use crate::tls::server::TlsServerSettings;
 use async_trait::async_trait;
 use axum::http::StatusCode;
 use serde::Deserialize;
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// Settings of `health_check` (otelcol's keys).
@@ -16,12 +21,71 @@ pub struct HealthCheckConfig {
     pub endpoint: HostPort,
     /// Path answered (default `/`).
     pub path: String,
+    /// Server TLS (otelcol confighttp `tls`); absent = plain text.
+    pub tls: Option<TlsServerSettings>,
+    /// The authenticator extension that checks every request (401 otherwise).
+    pub auth: Option<AuthSettings>,
+    /// Time allowed to send a request's headers (default 10s).
+    pub read_header_timeout: Option<GoDuration>,
+    /// Keep-alive connections with no request for this long are closed (default 60s).
+    pub idle_timeout: Option<GoDuration>,
+    /// Most connections open at once (default 32).
+    pub max_connections: Option<usize>,
 }
 
 impl Default for HealthCheckConfig {
     fn default() -> Self {
-        HealthCheckConfig { endpoint: HostPort { host: "127.0.0.1".into(), port: 13133 }, path: "/".into() }
+        HealthCheckConfig {
+            endpoint: HostPort { host: "127.0.0.1".into(), port: 13133 },
+            path: "/".into(),
+            tls: None,
+            auth: None,
+            read_header_timeout: None,
+            idle_timeout: None,
+            max_connections: None,
+        }
     }
+}
+
+impl HealthCheckConfig {
+    /// The listener limits (auxiliary defaults, overridden by the settings).
+    pub fn limits(&self) -> Limits {
+        let mut l = Limits::new(Role::Auxiliary);
+        if let Some(n) = self.max_connections {
+            l.max_connections = n.max(1);
+        }
+        if let Some(t) = self.read_header_timeout.filter(|t| !t.0.is_zero()) {
+            l.read_header_timeout = t.0;
+        }
+        if let Some(t) = self.idle_timeout.filter(|t| !t.0.is_zero()) {
+            l.idle_timeout = t.0;
+        }
+        l
+    }
+}
+
+/// Refuses requests the authenticator does not accept with 401 (the credential is never logged).
+async fn check_auth(
+    auth: Option<Arc<dyn ServerAuth>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if let Some(a) = &auth
+        && let Err(e) = a.authenticate(req.headers())
+    {
+        tracing::debug!(error = %e, "health_check refused an unauthenticated request");
+        return (
+            StatusCode::UNAUTHORIZED,
+            [
+                (axum::http::header::WWW_AUTHENTICATE, "Bearer realm=\"health_check\""),
+                (axum::http::header::WWW_AUTHENTICATE, "Basic realm=\"health_check\""),
+            ],
+            e.to_string(),
+        )
+            .into_response();
+    }
+    next.run(req).await
 }
 
 /// Factory of `health_check`.
@@ -38,9 +102,15 @@ impl ExtensionFactory for HealthCheckFactory {
         }
         Ok(())
     }
-    fn create(&self, _ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Extension>, ComponentError> {
+    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Extension>, ComponentError> {
         let config: HealthCheckConfig = parse_config(cfg)?;
-        Ok(Box::new(HealthCheck { config, stop: CancellationToken::new(), local: None }))
+        Ok(Box::new(HealthCheck {
+            config,
+            stop: CancellationToken::new(),
+            local: None,
+            host: ctx.host,
+            telemetry: ctx.telemetry,
+        }))
     }
 }
 
@@ -49,6 +119,8 @@ pub struct HealthCheck {
     config: HealthCheckConfig,
     stop: CancellationToken,
     local: Option<std::net::SocketAddr>,
+    host: Arc<crate::host::Host>,
+    telemetry: Arc<Telemetry>,
 }
 
 impl HealthCheck {
@@ -62,9 +134,18 @@ impl HealthCheck {
 impl Extension for HealthCheck {
     async fn start(&mut self, status: StatusHandle) -> Result<(), ComponentError> {
         let addr = self.config.endpoint.to_bind_string();
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .map_err(|e| ComponentError::Start(format!("cannot listen on {addr}: {e}")))?;
+        let auth = match &self.config.auth {
+            Some(a) => Some(a.server(&self.host).map_err(|e| ComponentError::Start(format!("health_check: {e}")))?),
+            None => None,
+        };
+        let c = &self.config;
+        let metrics = self.telemetry.listener("health_check");
+        let listener = Listener::bind("health_check", &c.endpoint, c.tls.as_ref(), c.limits(), metrics).await.map_err(
+            |e| match e {
+                ListenError::Bind(why) => ComponentError::Start(why),
+                ListenError::Tls(e) => ComponentError::Start(format!("health_check: {e}")),
+            },
+        )?;
         self.local = listener.local_addr().ok();
         let app = axum::Router::new().route(
             &self.config.path,
@@ -79,13 +160,10 @@ impl Extension for HealthCheck {
                 }
             }),
         );
+        let app = app.layer(axum::middleware::from_fn(move |req, next| check_auth(auth.clone(), req, next)));
         let stop = self.stop.clone();
-        tracing::info!(endpoint = %addr, "health_check listening");
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
-                tracing::warn!(error = %e, "health_check server stopped");
-            }
-        });
+        tracing::info!(endpoint = %addr, tls = self.config.tls.is_some(), "health_check listening");
+        tokio::spawn(crate::server::serve(listener, app, stop));
         Ok(())
     }
 

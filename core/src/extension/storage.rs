@@ -5,7 +5,7 @@ use crate::component::{ComponentError, CreateContext, Extension, ExtensionFactor
 use crate::graph::StatusHandle;
 use crate::host::Host;
 use crate::settings::GoDuration;
-use crate::state::Store;
+use crate::state::{OnCorrupt, StateError, Store};
 use crate::telemetry::Telemetry;
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -23,6 +23,10 @@ pub struct StorageConfig {
     /// How often to checkpoint (default 10s).
     #[serde(default = "default_interval")]
     pub checkpoint_interval: GoDuration,
+    /// A state file that is empty, corrupt, unreadable or of another format: `quarantine`
+    /// (default: moved aside, start empty) or `fail` (refuse to start, exit 2).
+    #[serde(default)]
+    pub on_corrupt: OnCorrupt,
 }
 
 fn default_interval() -> GoDuration {
@@ -65,19 +69,40 @@ pub struct Storage {
     host: Arc<Host>,
     telemetry: Arc<Telemetry>,
     stop: CancellationToken,
-    timer: Option<tokio::task::JoinHandle<()>>,
+    timer: Option<tokio::task::JoinHandle<bool>>,
 }
 
-async fn checkpoint(host: &Host, telemetry: &Telemetry) {
+/// Takes one checkpoint; `failing` holds whether the previous one failed, so that a run of
+/// failures logs one ERROR (then DEBUG) and the recovery one INFO line.
+async fn checkpoint(host: &Host, telemetry: &Telemetry, failing: &mut bool) {
     match host.state.checkpoint().await {
         Ok(n) => {
             telemetry.checkpoints("ok").inc();
-            tracing::debug!(entries = n, "checkpoint written");
+            if std::mem::take(failing) {
+                tracing::info!(entries = n, "checkpointing recovered");
+            } else {
+                tracing::debug!(entries = n, "checkpoint written");
+            }
         }
         Err(e) => {
             telemetry.checkpoints("failed").inc();
-            tracing::error!(error = %e, "checkpoint failed");
+            if std::mem::replace(failing, true) {
+                tracing::debug!(error = %e, "checkpoint failed again; retrying at the next interval");
+            } else {
+                tracing::error!(error = %e, "checkpoint failed; retrying at every interval");
+            }
         }
+    }
+}
+
+/// A start failure; `on_corrupt: fail` makes unusable state a configuration error (exit 2).
+fn start_error(e: StateError, on_corrupt: OnCorrupt) -> ComponentError {
+    let unusable =
+        matches!(e, StateError::Unusable { .. } | StateError::Incompatible { .. } | StateError::Corrupt { .. });
+    if unusable && on_corrupt == OnCorrupt::Fail {
+        ComponentError::Config(FieldError::at("on_corrupt", e.to_string()))
+    } else {
+        ComponentError::Start(e.to_string())
     }
 }
 
@@ -87,9 +112,28 @@ impl Extension for Storage {
         if self.host.state.is_persistent() {
             return Err(ComponentError::Start("only one storage extension may be enabled".into()));
         }
-        let store = Store::open(&self.config.directory).map_err(|e| ComponentError::Start(e.to_string()))?;
-        let path = store.path().display().to_string();
-        let restored = self.host.state.attach(Arc::new(store)).map_err(|e| ComponentError::Start(e.to_string()))?;
+        let policy = self.config.on_corrupt;
+        let opened = Store::open_with(&self.config.directory, policy).map_err(|e| start_error(e, policy))?;
+        let path = opened.store.path().display().to_string();
+        if let Some(q) = &opened.quarantined {
+            self.telemetry.state_unusable("file", q.reason.as_str()).inc();
+            tracing::warn!(path = %path, reason = q.reason.as_str(), moved_to = %q.moved_to.display(),
+                "state file unusable ({}); moved aside, starting with empty state: the detector baselines, \
+                 budgets and pending alerts it held are lost", q.detail);
+        }
+        let store = Arc::new(opened.store);
+        let restored = match policy {
+            OnCorrupt::Fail => self.host.state.attach(store).map_err(|e| start_error(e, policy))?,
+            OnCorrupt::Quarantine => {
+                let (restored, skipped) = self.host.state.attach_tolerant(store);
+                for e in skipped {
+                    let reason = if matches!(e, StateError::Incompatible { .. }) { "incompatible" } else { "corrupt" };
+                    self.telemetry.state_unusable("entry", reason).inc();
+                    tracing::warn!(path = %path, error = %e, "checkpoint entry not restored; that component starts empty");
+                }
+                restored
+            }
+        };
         tracing::info!(path = %path, restored, "state store opened");
         let (host, telemetry, stop) = (self.host.clone(), self.telemetry.clone(), self.stop.clone());
         let every = self.config.checkpoint_interval.0;
@@ -97,10 +141,11 @@ impl Extension for Storage {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
+            let mut failing = false;
             loop {
                 tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tick.tick() => checkpoint(&host, &telemetry).await,
+                    _ = stop.cancelled() => return failing,
+                    _ = tick.tick() => checkpoint(&host, &telemetry, &mut failing).await,
                 }
             }
         }));
@@ -109,9 +154,11 @@ impl Extension for Storage {
 
     async fn shutdown(&mut self) {
         self.stop.cancel();
-        if let Some(t) = self.timer.take() {
-            let _ = t.await;
-        }
-        checkpoint(&self.host, &self.telemetry).await;
+        let mut failing = match self.timer.take() {
+            Some(t) => t.await.unwrap_or(false),
+            None => false,
+        };
+        // The final checkpoint; `inferwatch run` reports its result (`last_checkpoint_error`).
+        checkpoint(&self.host, &self.telemetry, &mut failing).await;
     }
 }

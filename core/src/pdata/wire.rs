@@ -52,9 +52,16 @@ pub enum WireError {
     /// Well-formed, but some ids have invalid lengths: decode it to reject those items one by one.
     #[error("invalid trace or span id length")]
     NeedsDecode,
+    /// Well-formed, but over an input limit: refused whole (decoding it would not help).
+    #[error("{0}")]
+    Limit(&'static str),
 }
 
 const MAX_DEPTH: usize = 100;
+
+/// Most attributes on one message (resource, scope, span, event, link, data point, exemplar,
+/// log record) and most entries of one `kvlistValue`.
+pub const MAX_ATTRIBUTES: usize = 1024;
 
 macro_rules! desc {
     ($name:ident, $item:expr, [$(($n:expr, $k:expr)),* $(,)?]) => {
@@ -254,6 +261,7 @@ impl Walk {
         let is_metric = std::ptr::eq(desc, &METRIC);
         let mut data_points = 0usize;
         let (mut has_trace_id, mut has_span_id) = (false, false);
+        let mut attributes = 0usize;
         let mut pos = 0;
         while pos < buf.len() {
             let key = varint(buf, &mut pos)?;
@@ -299,7 +307,18 @@ impl Walk {
                             self.message(d, body, depth + 1)?;
                             data_points = self.items - before;
                         }
-                        Some(Msg(d)) => self.message(d, body, depth + 1)?,
+                        Some(Msg(d)) => {
+                            if std::ptr::eq(d, &KEY_VALUE) {
+                                attributes += 1;
+                                if attributes > MAX_ATTRIBUTES {
+                                    return Err(WireError::Limit(
+                                        "more than 1024 attributes on one resource, scope, span, event, link, \
+                                         data point or log record (or entries in one kvlist value)",
+                                    ));
+                                }
+                            }
+                            self.message(d, body, depth + 1)?
+                        }
                         Some(Varint) | Some(I64) | Some(I32) => {
                             return Err(WireError::Malformed("wire type mismatch"));
                         }
@@ -533,6 +552,26 @@ mod tests {
             Signal::Metrics => ExportMetricsServiceRequest::decode(buf).is_ok(),
             Signal::Logs => ExportLogsServiceRequest::decode(buf).is_ok(),
         }
+    }
+
+    #[test]
+    fn attribute_count_is_limited() {
+        let kv = |i: usize| KeyValue {
+            key: format!("k{i}"),
+            value: Some(AnyValue { value: Some(Value::IntValue(i as i64)) }),
+            ..Default::default()
+        };
+        let req = |n: usize| {
+            ExportTraceServiceRequest {
+                resource_spans: vec![ResourceSpans {
+                    resource: Some(Resource { attributes: (0..n).map(kv).collect(), ..Default::default() }),
+                    ..Default::default()
+                }],
+            }
+            .encode_to_vec()
+        };
+        assert!(validate(Signal::Traces, &req(MAX_ATTRIBUTES)).is_ok());
+        assert!(matches!(validate(Signal::Traces, &req(MAX_ATTRIBUTES + 1)), Err(WireError::Limit(_))));
     }
 
     #[test]

@@ -55,6 +55,12 @@ pub struct PrometheusConfig {
     /// `host:port` the endpoint listens on (`GET /metrics`).
     #[serde(default)]
     pub endpoint: Option<HostPort>,
+    /// Server TLS of the endpoint (otelcol `tls`); absent = plain text.
+    #[serde(default)]
+    pub tls: Option<inferwatch_core::tls::server::TlsServerSettings>,
+    /// The authenticator extension that checks every scrape (otelcol `auth`).
+    #[serde(default)]
+    pub auth: Option<inferwatch_core::auth::AuthSettings>,
     /// Prefix of every metric name.
     #[serde(default)]
     pub namespace: String,
@@ -175,6 +181,10 @@ impl ExporterFactory for PrometheusExporterFactory {
 pub struct PrometheusExporter {
     name: String,
     endpoint: String,
+    tls: Option<inferwatch_core::tls::server::TlsServerSettings>,
+    auth: Option<inferwatch_core::auth::AuthSettings>,
+    host: Arc<inferwatch_core::host::Host>,
+    listener_metrics: inferwatch_core::telemetry::ListenerMetrics,
     settings: translate::Settings,
     open_metrics: bool,
     state: Arc<Mutex<Accumulator>>,
@@ -199,6 +209,10 @@ impl PrometheusExporter {
         Ok(PrometheusExporter {
             name: ctx.id.to_string(),
             endpoint,
+            tls: c.tls.clone(),
+            auth: c.auth.clone(),
+            host: ctx.host.clone(),
+            listener_metrics: ctx.telemetry.listener(&ctx.id.to_string()),
             settings: c.settings()?,
             open_metrics: c.enable_open_metrics,
             state: Arc::new(Mutex::new(Accumulator::new(c.max_series, c.metric_expiration.0))),
@@ -291,7 +305,14 @@ impl Consumer for PrometheusExporter {
 impl Node for PrometheusExporter {
     async fn start(&self) -> Result<(), ComponentError> {
         let served = server::Served { state: self.state.clone(), open_metrics: self.open_metrics };
-        let s = server::Server::start(&self.endpoint, served)
+        let auth = match &self.auth {
+            Some(a) => {
+                Some(a.server(&self.host).map_err(|e| ComponentError::Start(format!("exporter {}: {e}", self.name)))?)
+            }
+            None => None,
+        };
+        let listen = server::Listen { tls: self.tls.clone(), auth, metrics: self.listener_metrics.clone() };
+        let s = server::Server::start_with(&self.endpoint, listen, served)
             .await
             .map_err(|e| ComponentError::Start(format!("exporter {}: {e}", self.name)))?;
         tracing::info!(exporter = %self.name, endpoint = %s.local_addr, "serving Prometheus metrics on /metrics");

@@ -23,10 +23,12 @@ use crate::prometheus::cumulative::DeltaToCumulative;
 use crate::prometheus::{ResourceToTelemetry, check_labels, check_namespace, translate, unix_now_ns};
 use crate::tls;
 use async_trait::async_trait;
+use inferwatch_core::auth::AuthSettings;
 use inferwatch_core::component::{
     ComponentError, CreateContext, ExporterFactory, FieldError, Node, NodeRef, parse_config,
 };
 use inferwatch_core::consumer::{ConsumeError, Consumer};
+use inferwatch_core::extension::client_auth;
 use inferwatch_core::pdata::{Payload, Signal};
 use inferwatch_core::settings::{GoDuration, QueueSettings, RetrySettings, TlsClientSettings};
 use parking_lot::Mutex;
@@ -54,6 +56,9 @@ pub struct RemoteWriteConfig {
     /// Extra HTTP headers sent with every request.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Client authenticator extension (`auth: { authenticator: <id> }`, otelcol `configauth`).
+    #[serde(default)]
+    pub auth: Option<AuthSettings>,
     /// Deadline of one request, connection included (0: none).
     #[serde(default = "default_timeout")]
     pub timeout: GoDuration,
@@ -93,22 +98,8 @@ fn default_queue() -> QueueSettings {
 }
 
 /// `sending_queue` as written: absent keys take the defaults, `num_consumers` 1.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QueueInput {
-    enabled: Option<bool>,
-    num_consumers: Option<usize>,
-    queue_size: Option<usize>,
-}
-
 fn queue_one_consumer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<QueueSettings, D::Error> {
-    let q = QueueInput::deserialize(d)?;
-    let dflt = default_queue();
-    Ok(QueueSettings {
-        enabled: q.enabled.unwrap_or(dflt.enabled),
-        num_consumers: q.num_consumers.unwrap_or(dflt.num_consumers),
-        queue_size: q.queue_size.unwrap_or(dflt.queue_size),
-    })
+    QueueSettings::deserialize_over(d, default_queue())
 }
 
 impl RemoteWriteConfig {
@@ -194,6 +185,7 @@ impl RemoteWriteConfig {
             client,
             target_info: RemoteWriteSender::target_info_name(&self.namespace),
             target_times: Mutex::new(HashMap::new()),
+            auth: None,
         })
     }
 }
@@ -234,8 +226,9 @@ impl ExporterFactory for RemoteWriteExporterFactory {
             return Err(ComponentError::Start(format!("exporter \"{}\" exports metrics only, not {signal}", ctx.id)));
         }
         let c = RemoteWriteConfig::from_value(cfg)?;
-        let sender = c.sender()?;
-        let inner = common::node(&ctx, signal, Arc::new(sender), c.sending_queue.clone(), c.retry_on_failure.clone());
+        let mut sender = c.sender()?;
+        sender.auth = client_auth::resolve_client(&ctx.host, c.auth.as_ref())?;
+        let inner = common::node(&ctx, signal, Arc::new(sender), c.sending_queue.clone(), c.retry_on_failure.clone())?;
         Ok(Arc::new(RemoteWriteExporter {
             name: ctx.id.to_string(),
             delta: Mutex::new(DeltaToCumulative::new(DELTA_MAX_SERIES, DELTA_IDLE)),

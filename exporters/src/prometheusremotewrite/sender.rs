@@ -140,6 +140,8 @@ pub struct RemoteWriteSender {
     /// Last timestamp sent per `target_info` series: its samples never go back in time (the
     /// resource's newest point time can, across requests, and Prometheus refuses that).
     pub target_times: Mutex<HashMap<u64, i64>>,
+    /// Client authenticator (`auth.authenticator`), asked for headers on each request.
+    pub auth: Option<std::sync::Arc<dyn inferwatch_core::auth::ClientAuth>>,
 }
 
 impl RemoteWriteSender {
@@ -192,15 +194,16 @@ impl Sender for RemoteWriteSender {
         let body = snap::raw::Encoder::new()
             .compress_vec(&wr.encode_to_vec())
             .map_err(|e| SendError::Permanent(format!("snappy compression failed: {e}")))?;
-        let resp =
-            self.client.post(self.url.clone()).headers(self.headers.clone()).body(body).send().await.map_err(|e| {
-                let message = format!("POST {} failed: {}", self.url, chain(&e));
-                if e.is_builder() || e.is_redirect() {
-                    SendError::Permanent(message)
-                } else {
-                    SendError::Retryable { message, retry_after: None }
-                }
-            })?;
+        let mut headers = self.headers.clone();
+        inferwatch_core::extension::client_auth::apply_client_auth(self.auth.as_ref(), &mut headers)?;
+        let resp = self.client.post(self.url.clone()).headers(headers).body(body).send().await.map_err(|e| {
+            let message = format!("POST {} failed: {}", self.url, chain(&e));
+            if e.is_builder() || e.is_redirect() {
+                SendError::Permanent(message)
+            } else {
+                SendError::Retryable { message, retry_after: None }
+            }
+        })?;
         let status = resp.status();
         if status.is_success() {
             return Ok(());

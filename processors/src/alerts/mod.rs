@@ -526,8 +526,13 @@ impl AlertsConnector {
         let n = records.len();
         let payload = Payload::Logs(records.into_request());
         let mut backoff = Duration::from_millis(10);
+        let mut first = true;
         loop {
-            match self.next.consume(payload.clone()).await {
+            // Retries offer records this connector already holds: a full queue counts them once.
+            let offer = self.next.consume(payload.clone());
+            let result = if first { offer.await } else { inferwatch_core::exporterhelper::offer_held(offer).await };
+            first = false;
+            match result {
                 Ok(()) => {
                     self.emitted.inc_by(n as u64);
                     return;

@@ -1,7 +1,10 @@
 //! Settings of the `otlp` receiver, in the OpenTelemetry Collector's shape.
 
+use inferwatch_core::auth::AuthSettings;
 use inferwatch_core::component::{FieldError, parse_config};
+use inferwatch_core::server::{Limits, Role};
 use inferwatch_core::settings::{GoDuration, HostPort};
+use inferwatch_core::tls::server::TlsServerSettings;
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 
@@ -55,17 +58,23 @@ pub struct GrpcConfig {
     pub endpoint: HostPort,
     /// Network transport; only `tcp` is supported.
     pub transport: Transport,
-    /// Largest accepted (decompressed) message, in MiB.
+    /// Largest accepted (decompressed) message, in MiB (default 4, as otelcol).
     pub max_recv_msg_size_mib: usize,
-    /// Concurrent HTTP/2 streams per connection (0 = unlimited).
+    /// Concurrent HTTP/2 streams per connection (default 100; 0 = unlimited).
     pub max_concurrent_streams: u32,
+    /// Server TLS; absent = plain text.
+    pub tls: Option<TlsServerSettings>,
+    /// The authenticator extension that checks every call.
+    pub auth: Option<AuthSettings>,
+    /// Most connections open at once (inferwatch; default from the descriptor limit).
+    pub max_connections: Option<usize>,
     /// Accepted for compatibility; has no effect.
     pub read_buffer_size: Option<usize>,
     /// Accepted for compatibility; has no effect.
     pub write_buffer_size: Option<usize>,
     /// HTTP/2 keep-alive settings.
     pub keepalive: Option<KeepaliveConfig>,
-    /// Accepted for compatibility; client metadata is not propagated yet.
+    /// Carry the call's metadata (and the authenticated caller) to the pipeline's `ClientInfo`.
     pub include_metadata: bool,
 }
 
@@ -74,8 +83,11 @@ impl Default for GrpcConfig {
         GrpcConfig {
             endpoint: HostPort { host: "127.0.0.1".into(), port: 4317 },
             transport: Transport::Tcp,
-            max_recv_msg_size_mib: 64,
-            max_concurrent_streams: 0,
+            max_recv_msg_size_mib: 4,
+            max_concurrent_streams: inferwatch_core::server::DEFAULT_MAX_CONCURRENT_STREAMS,
+            tls: None,
+            auth: None,
+            max_connections: None,
             read_buffer_size: None,
             write_buffer_size: None,
             keepalive: None,
@@ -88,6 +100,30 @@ impl GrpcConfig {
     /// The decoding limit in bytes.
     pub fn max_recv_msg_size(&self) -> usize {
         self.max_recv_msg_size_mib.saturating_mul(MIB)
+    }
+
+    /// The listener limits these settings ask for (HTTP/2 only).
+    pub fn limits(&self) -> Limits {
+        let mut l = Limits::new(Role::Ingest);
+        l.http2_only = true;
+        if let Some(n) = self.max_connections {
+            l.max_connections = n;
+        }
+        // 0 keeps hyper's (and gRPC's) "no limit".
+        l.max_concurrent_streams =
+            if self.max_concurrent_streams == 0 { u32::MAX } else { self.max_concurrent_streams };
+        if let Some(sp) = self.keepalive.as_ref().and_then(|k| k.server_parameters.as_ref()) {
+            if let Some(t) = sp.max_connection_idle {
+                l.idle_timeout = t.0;
+            }
+            l.keepalive_interval = sp.time.map(|t| t.0);
+            l.keepalive_timeout = sp.timeout.map(|t| t.0);
+            l.max_connection_age = sp.max_connection_age.map(|t| t.0);
+            if let Some(t) = sp.max_connection_age_grace {
+                l.max_connection_age_grace = t.0;
+            }
+        }
+        l
     }
 }
 
@@ -114,7 +150,7 @@ pub struct KeepaliveConfig {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct KeepaliveServerConfig {
-    /// Accepted for compatibility; idle connections are not closed early.
+    /// Connections with no call in flight for this long are closed (default 60s).
     pub max_connection_idle: Option<GoDuration>,
     /// Connections are closed gracefully after this age.
     pub max_connection_age: Option<GoDuration>,
@@ -148,10 +184,20 @@ pub struct HttpConfig {
     pub metrics_url_path: String,
     /// Path of the logs endpoint.
     pub logs_url_path: String,
-    /// Largest accepted request body after decompression, in bytes.
+    /// Largest accepted request body, before and after decompression, in bytes (default 20 MiB).
     pub max_request_body_size: usize,
-    /// Accepted for compatibility; client metadata is not propagated yet.
+    /// Carry the request headers (and the authenticated caller) to the pipeline's `ClientInfo`.
     pub include_metadata: bool,
+    /// Server TLS; absent = plain text.
+    pub tls: Option<TlsServerSettings>,
+    /// The authenticator extension that checks every request.
+    pub auth: Option<AuthSettings>,
+    /// Time allowed to send a request's headers (default 10s).
+    pub read_header_timeout: Option<GoDuration>,
+    /// Keep-alive connections with no request for this long are closed (default 60s).
+    pub idle_timeout: Option<GoDuration>,
+    /// Most connections open at once (inferwatch; default from the descriptor limit).
+    pub max_connections: Option<usize>,
     /// Cross-origin settings for browser senders.
     pub cors: Option<CorsConfig>,
     /// Extra headers added to every response.
@@ -165,12 +211,44 @@ impl Default for HttpConfig {
             traces_url_path: "/v1/traces".into(),
             metrics_url_path: "/v1/metrics".into(),
             logs_url_path: "/v1/logs".into(),
-            max_request_body_size: 64 * MIB,
+            max_request_body_size: 20 * MIB,
             include_metadata: false,
+            tls: None,
+            auth: None,
+            read_header_timeout: None,
+            idle_timeout: None,
+            max_connections: None,
             cors: None,
             response_headers: BTreeMap::new(),
         }
     }
+}
+
+impl HttpConfig {
+    /// The listener limits these settings ask for.
+    pub fn limits(&self) -> Limits {
+        limits_http(Role::Ingest, self.max_connections, self.read_header_timeout, self.idle_timeout)
+    }
+}
+
+/// Limits of an HTTP listener from otelcol's confighttp keys (plus `max_connections`).
+pub fn limits_http(
+    role: Role,
+    max_connections: Option<usize>,
+    read_header_timeout: Option<GoDuration>,
+    idle_timeout: Option<GoDuration>,
+) -> Limits {
+    let mut l = Limits::new(role);
+    if let Some(n) = max_connections {
+        l.max_connections = n;
+    }
+    if let Some(t) = read_header_timeout.filter(|t| !t.0.is_zero()) {
+        l.read_header_timeout = t.0;
+    }
+    if let Some(t) = idle_timeout.filter(|t| !t.0.is_zero()) {
+        l.idle_timeout = t.0;
+    }
+    l
 }
 
 /// CORS settings (otelcol `confighttp.CORSConfig`).
@@ -216,6 +294,14 @@ impl OtlpConfig {
             && g.max_recv_msg_size_mib == 0
         {
             return Err(FieldError::at("protocols.grpc.max_recv_msg_size_mib", "must be greater than 0"));
+        }
+        for (proto, n) in [
+            ("grpc", p.grpc.as_ref().and_then(|g| g.max_connections)),
+            ("http", p.http.as_ref().and_then(|h| h.max_connections)),
+        ] {
+            if n == Some(0) {
+                return Err(FieldError::at(&format!("protocols.{proto}.max_connections"), "must be greater than 0"));
+            }
         }
         if let Some(h) = &p.http {
             if h.max_request_body_size == 0 {

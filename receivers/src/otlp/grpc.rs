@@ -6,20 +6,23 @@
 //! because valid requests travel on as bytes, undecoded.
 
 use super::config::GrpcConfig;
-use super::ingest::{ExportError, Logs, Metrics, OtlpSignal, Sink, Traces};
+use super::ingest::{ExportError, Gate, Logs, Metrics, OtlpSignal, Sink, Traces};
 use bytes::{Buf, Bytes};
+use inferwatch_core::auth::ClientInfo;
 use inferwatch_core::consumer::RefuseReason;
+use inferwatch_core::server::inflate::{self, InflateBudget, Reservation};
+use inferwatch_core::server::{Listener, PeerInfo};
+use parking_lot::Mutex;
 use std::convert::Infallible;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EnabledCompressionEncodings, EncodeBuf, Encoder};
 use tonic::server::NamedService;
 use tonic::service::Routes;
-use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -88,6 +91,8 @@ impl Decoder for BytesDecoder {
 pub(crate) struct ExportService<S> {
     sink: Sink,
     max_decoding_message_size: usize,
+    gate: Gate,
+    budget: Arc<InflateBudget>,
     _signal: PhantomData<fn() -> S>,
 }
 
@@ -96,15 +101,18 @@ impl<S> Clone for ExportService<S> {
         ExportService {
             sink: self.sink.clone(),
             max_decoding_message_size: self.max_decoding_message_size,
+            gate: self.gate.clone(),
+            budget: self.budget.clone(),
             _signal: PhantomData,
         }
     }
 }
 
 impl<S: OtlpSignal> ExportService<S> {
-    /// A service feeding `sink`, accepting messages up to `max_decoding_message_size` bytes.
-    pub(crate) fn new(sink: Sink, max_decoding_message_size: usize) -> Self {
-        ExportService { sink, max_decoding_message_size, _signal: PhantomData }
+    /// A service feeding `sink`, accepting messages up to `max_decoding_message_size` bytes,
+    /// admitting calls through `gate`.
+    pub(crate) fn new(sink: Sink, max_decoding_message_size: usize, gate: Gate) -> Self {
+        ExportService { sink, max_decoding_message_size, gate, budget: inflate::global(), _signal: PhantomData }
     }
 }
 
@@ -149,19 +157,42 @@ impl<S: OtlpSignal> tower::Service<http::Request<tonic::body::Body>> for ExportS
             let method = req.uri().path().to_string();
             return Box::pin(async move { Ok(Status::unimplemented(format!("unknown method {method}")).into_http()) });
         }
+        let peer = req.extensions().get::<PeerInfo>().copied();
+        let info = match self.gate.admit(req.headers(), peer) {
+            Ok(info) => info,
+            Err(e) => return Box::pin(async move { Ok(Status::unauthenticated(e.to_string()).into_http()) }),
+        };
         let mut accept = EnabledCompressionEncodings::default();
         accept.enable(CompressionEncoding::Gzip);
+        let max = self.max_decoding_message_size;
         let mut grpc = tonic::server::Grpc::new(OtlpCodec::<S>(PhantomData))
             .apply_compression_config(accept, accept)
-            .apply_max_message_size_config(Some(self.max_decoding_message_size), None);
-        let method = ExportCall::<S> { sink: self.sink.clone(), _signal: PhantomData };
-        Box::pin(async move { Ok(client_fault_as_invalid_argument(grpc.unary(method, req).await)) })
+            .apply_max_message_size_config(Some(max), None);
+        // A compressed message may inflate to `max`: hold that much of the process-wide budget
+        // while tonic inflates it (tonic stops at `max`), then only what it decoded to.
+        let compressed = req.headers().get("grpc-encoding").is_some_and(|v| v.as_bytes() != b"identity");
+        let budget = self.budget.clone();
+        let sink = self.sink.clone();
+        Box::pin(async move {
+            let mut reservation = budget.reservation();
+            if compressed && let Err(e) = reservation.grow(max, inflate::DEFAULT_BUDGET_WAIT).await {
+                let details = ErrorDetails::with_retry_info(Some(std::time::Duration::from_secs(1)));
+                return Ok(Status::with_error_details(Code::ResourceExhausted, e.to_string(), details).into_http());
+            }
+            let reservation = Arc::new(Mutex::new(Some(reservation)));
+            let method = ExportCall::<S> { sink, reservation: reservation.clone(), _signal: PhantomData };
+            let resp = ClientInfo::scope(info, grpc.unary(method, req)).await;
+            drop(reservation);
+            Ok(client_fault_as_invalid_argument(resp))
+        })
     }
 }
 
 /// One decoded `Export` call.
 struct ExportCall<S> {
     sink: Sink,
+    /// The budget held for this call's decompression.
+    reservation: Arc<Mutex<Option<Reservation>>>,
     _signal: PhantomData<fn() -> S>,
 }
 
@@ -171,9 +202,11 @@ impl<S: OtlpSignal> tonic::server::UnaryService<Bytes> for ExportCall<S> {
 
     fn call(&mut self, req: tonic::Request<Bytes>) -> Self::Future {
         let sink = self.sink.clone();
-        Box::pin(async move {
-            sink.export_protobuf::<S>(req.into_inner()).await.map(tonic::Response::new).map_err(export_status)
-        })
+        let body = req.into_inner();
+        if let Some(r) = self.reservation.lock().as_mut() {
+            r.shrink_to(body.len());
+        }
+        Box::pin(async move { sink.export_protobuf::<S>(body).await.map(tonic::Response::new).map_err(export_status) })
     }
 }
 
@@ -188,44 +221,30 @@ pub(crate) struct GrpcSinks {
 }
 
 /// Serves OTLP/gRPC on `listener` until `shutdown`, then drains in-flight calls.
-pub(crate) async fn serve(listener: TcpListener, cfg: GrpcConfig, sinks: GrpcSinks, shutdown: CancellationToken) {
+///
+/// The calls go through the same hardened serve loop as every HTTP listener (HTTP/2 only):
+/// connection cap, idle and first-request timeouts, `max_concurrent_streams` (default 100,
+/// advertised in the SETTINGS frame), keep-alive pings and `max_connection_age`.
+pub(crate) async fn serve(
+    listener: Listener,
+    cfg: GrpcConfig,
+    sinks: GrpcSinks,
+    gate: Gate,
+    shutdown: CancellationToken,
+) {
     let max = cfg.max_recv_msg_size();
     // Only signals with a consumer get a service; the others answer UNIMPLEMENTED, as in otelcol.
     let mut routes = Routes::builder();
     if let Some(s) = sinks.traces {
-        routes.add_service(ExportService::<Traces>::new(s, max));
+        routes.add_service(ExportService::<Traces>::new(s, max, gate.clone()));
     }
     if let Some(s) = sinks.metrics {
-        routes.add_service(ExportService::<Metrics>::new(s, max));
+        routes.add_service(ExportService::<Metrics>::new(s, max, gate.clone()));
     }
     if let Some(s) = sinks.logs {
-        routes.add_service(ExportService::<Logs>::new(s, max));
+        routes.add_service(ExportService::<Logs>::new(s, max, gate));
     }
-    let mut server = tonic::transport::Server::builder();
-    if cfg.max_concurrent_streams > 0 {
-        server = server.max_concurrent_streams(cfg.max_concurrent_streams);
-    }
-    if let Some(sp) = cfg.keepalive.as_ref().and_then(|k| k.server_parameters.as_ref()) {
-        if let Some(t) = sp.time {
-            server = server.http2_keepalive_interval(Some(t.0));
-        }
-        if let Some(t) = sp.timeout {
-            server = server.http2_keepalive_timeout(Some(t.0));
-        }
-        if let Some(t) = sp.max_connection_age {
-            server = server.max_connection_age(t.0);
-        }
-        if let Some(t) = sp.max_connection_age_grace {
-            server = server.max_connection_age_grace(t.0);
-        }
-    }
-    // `Server::tcp_nodelay` is ignored with an incoming stream; the stream sets it instead.
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let result =
-        server.add_routes(routes.routes()).serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()).await;
-    if let Err(e) = result {
-        tracing::error!(endpoint = %cfg.endpoint, error = %e, "otlp gRPC server stopped with an error");
-    }
+    inferwatch_core::server::serve(listener, routes.routes().into_axum_router(), shutdown).await;
 }
 
 #[cfg(test)]

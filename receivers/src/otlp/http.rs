@@ -1,7 +1,7 @@
 //! OTLP/HTTP: `POST` of protobuf or JSON export requests on one path per signal.
 
 use super::config::{CorsConfig, HttpConfig};
-use super::ingest::{ExportError, Logs, Metrics, OtlpSignal, Sink, Traces};
+use super::ingest::{ExportError, Gate, Logs, Metrics, OtlpSignal, Sink, Traces};
 use super::json;
 use axum::Router;
 use axum::body::Body;
@@ -10,15 +10,15 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::serve::ListenerExt;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
+use inferwatch_core::auth::ClientInfo;
 use inferwatch_core::consumer::RefuseReason;
+use inferwatch_core::server::inflate::{self, ContentEncoding, InflateBudget, InflateError};
+use inferwatch_core::server::{Listener, PeerInfo};
 use prost::Message as _;
 use std::sync::Arc;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tower_http::decompression::RequestDecompressionLayer;
 
 /// Content type of OTLP/HTTP protobuf.
 const PROTOBUF: &str = "application/x-protobuf";
@@ -31,6 +31,8 @@ const CODE_INVALID_ARGUMENT: i32 = 3;
 const CODE_RESOURCE_EXHAUSTED: i32 = 8;
 /// gRPC code UNAVAILABLE.
 const CODE_UNAVAILABLE: i32 = 14;
+/// gRPC code UNAUTHENTICATED.
+const CODE_UNAUTHENTICATED: i32 = 16;
 
 /// The two OTLP/HTTP encodings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,12 +162,33 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyError> {
     Ok(buf.freeze())
 }
 
+/// A 429 for a request the decompression budget had no room for.
+fn budget_response(enc: Encoding, message: String) -> Response {
+    let mut resp = status_response(StatusCode::TOO_MANY_REQUESTS, enc, CODE_RESOURCE_EXHAUSTED, message);
+    resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
 /// Handles one export request of signal `S`.
-async fn handle<S: OtlpSignal>(sink: Sink, limit: usize, headers: HeaderMap, body: Body) -> Response {
+async fn handle<S: OtlpSignal>(
+    sink: Sink,
+    limit: usize,
+    budget: Arc<InflateBudget>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let Some(enc) = Encoding::from_content_type(ct) else {
         let msg = format!("415 unsupported media type {ct:?}, supported: [{JSON}, {PROTOBUF}]");
         return (StatusCode::UNSUPPORTED_MEDIA_TYPE, [(header::CONTENT_TYPE, "text/plain")], msg).into_response();
+    };
+    let ce = headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("?"));
+    let Some(content_encoding) = ContentEncoding::parse(ce) else {
+        let msg = format!(
+            "unsupported Content-Encoding {:?}; supported: gzip, deflate, zlib, zstd, snappy, x-snappy-framed",
+            ce.unwrap_or_default()
+        );
+        return bad_request(enc, msg);
     };
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
@@ -173,20 +196,37 @@ async fn handle<S: OtlpSignal>(sink: Sink, limit: usize, headers: HeaderMap, bod
         let msg = BodyError::TooLarge(limit).to_string();
         return status_response(StatusCode::PAYLOAD_TOO_LARGE, enc, CODE_RESOURCE_EXHAUSTED, msg);
     }
-    let bytes = match read_body(body, limit).await {
+    let raw = match read_body(body, limit).await {
         Ok(b) => b,
         Err(e @ BodyError::TooLarge(_)) => {
             return status_response(StatusCode::PAYLOAD_TOO_LARGE, enc, CODE_RESOURCE_EXHAUSTED, e.to_string());
         }
         Err(e) => return bad_request(enc, e.to_string()),
     };
+    // Inflated bytes count against the process-wide budget until the pipeline has the data.
+    let mut reservation = budget.reservation();
+    let bytes =
+        match inflate::inflate(raw, content_encoding, limit, &mut reservation, inflate::DEFAULT_BUDGET_WAIT).await {
+            Ok(b) => b,
+            Err(e @ InflateError::TooLarge { .. }) => {
+                return status_response(StatusCode::PAYLOAD_TOO_LARGE, enc, CODE_RESOURCE_EXHAUSTED, e.to_string());
+            }
+            Err(e @ InflateError::Budget(_)) => return budget_response(enc, e.to_string()),
+            Err(e @ InflateError::Corrupt { .. }) => return bad_request(enc, e.to_string()),
+        };
     let result = match enc {
         Encoding::Protobuf => sink.export_protobuf::<S>(bytes).await,
         Encoding::Json => match json::decode::<S::Request>(&bytes, S::check_json) {
-            Ok(req) => sink.export::<S>(req).await,
+            Ok(req) => match inferwatch_core::pdata::wire::validate(S::SIGNAL, &req.encode_to_vec()) {
+                Err(inferwatch_core::pdata::wire::WireError::Limit(why)) => {
+                    Err(ExportError::Malformed(format!("request refused: {why}")))
+                }
+                _ => sink.export::<S>(req).await,
+            },
             Err(e) => Err(ExportError::Malformed(e.to_string())),
         },
     };
+    drop(reservation);
     match result {
         Ok(resp) => success_response::<S>(enc, &resp),
         Err(e) => {
@@ -201,13 +241,33 @@ async fn handle<S: OtlpSignal>(sink: Sink, limit: usize, headers: HeaderMap, bod
 /// Adds a `POST` route for signal `S` when it has a sink.
 fn add_route<S: OtlpSignal>(router: Router, path: &str, sink: Option<Sink>, limit: usize) -> Router {
     let Some(sink) = sink else { return router };
+    let budget = inflate::global();
     router.route(
         path,
         post(move |headers: HeaderMap, body: Body| {
             let sink = sink.clone();
-            async move { handle::<S>(sink, limit, headers, body).await }
+            let budget = budget.clone();
+            async move { handle::<S>(sink, limit, budget, headers, body).await }
         }),
     )
+}
+
+/// Authentication middleware: 401 with a `google.rpc.Status` (code 16) for a refused request;
+/// otherwise the handler runs inside the request's `ClientInfo` scope.
+async fn admit(gate: Gate, req: Request, next: Next) -> Response {
+    let peer = req.extensions().get::<PeerInfo>().copied();
+    match gate.admit(req.headers(), peer) {
+        Ok(info) => ClientInfo::scope(info, next.run(req)).await,
+        Err(e) => {
+            let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            let enc = Encoding::from_content_type(ct).unwrap_or(Encoding::Json);
+            let mut resp = status_response(StatusCode::UNAUTHORIZED, enc, CODE_UNAUTHENTICATED, e.to_string());
+            let h = resp.headers_mut();
+            h.append(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"otlp\""));
+            h.append(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"otlp\""));
+            resp
+        }
+    }
 }
 
 /// Origins and headers allowed for cross-origin requests.
@@ -307,13 +367,14 @@ pub(crate) struct HttpSinks {
 }
 
 /// Builds the router: only signals with a consumer get a path (others answer 404, as in otelcol).
-fn router(cfg: &HttpConfig, sinks: HttpSinks) -> Router {
+fn router(cfg: &HttpConfig, sinks: HttpSinks, gate: Gate) -> Router {
     let limit = cfg.max_request_body_size;
     let mut app = Router::new();
     app = add_route::<Traces>(app, &cfg.traces_url_path, sinks.traces, limit);
     app = add_route::<Metrics>(app, &cfg.metrics_url_path, sinks.metrics, limit);
     app = add_route::<Logs>(app, &cfg.logs_url_path, sinks.logs, limit);
-    app = app.layer(RequestDecompressionLayer::new());
+    // route_layer: unknown paths stay 404; CORS preflights (outer layer) need no credentials.
+    app = app.route_layer(axum::middleware::from_fn(move |req: Request, next: Next| admit(gate.clone(), req, next)));
     if let Some(c) = cfg.cors.as_ref().and_then(Cors::new) {
         let c = Arc::new(c);
         app = app.layer(axum::middleware::from_fn(move |req: Request, next: Next| cors(c.clone(), req, next)));
@@ -338,18 +399,17 @@ fn router(cfg: &HttpConfig, sinks: HttpSinks) -> Router {
     app
 }
 
-/// Serves OTLP/HTTP (HTTP/1.1 and h2c) on `listener` until `shutdown`, then drains in-flight requests.
-pub(crate) async fn serve(listener: TcpListener, cfg: HttpConfig, sinks: HttpSinks, shutdown: CancellationToken) {
-    let app = router(&cfg, sinks);
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::trace!(error = %e, "could not set TCP_NODELAY on an OTLP/HTTP connection");
-        }
-    });
-    let result = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
-    if let Err(e) = result {
-        tracing::error!(endpoint = %cfg.endpoint, error = %e, "otlp HTTP server stopped with an error");
-    }
+/// Serves OTLP/HTTP (HTTP/1.1, h2c and, with TLS, h2) on `listener` until `shutdown`, then
+/// drains in-flight requests.
+pub(crate) async fn serve(
+    listener: Listener,
+    cfg: HttpConfig,
+    sinks: HttpSinks,
+    gate: Gate,
+    shutdown: CancellationToken,
+) {
+    let app = router(&cfg, sinks, gate);
+    inferwatch_core::server::serve(listener, app, shutdown).await;
 }
 
 #[cfg(test)]

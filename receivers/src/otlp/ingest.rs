@@ -1,8 +1,11 @@
 //! What both transports share: the per-signal OTLP types, item checks, and handing data to the pipeline.
 
 use bytes::Bytes;
+use inferwatch_core::auth::{AuthError, ClientInfo, ServerAuth};
 use inferwatch_core::consumer::{ConsumeError, ConsumerRef, RefuseReason};
+use inferwatch_core::pdata::wire::WireError;
 use inferwatch_core::pdata::{Encoded, Payload, Signal};
+use inferwatch_core::server::PeerInfo;
 use inferwatch_core::telemetry::ReceiverMetrics;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
@@ -16,9 +19,11 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use opentelemetry_proto::tonic::metrics::v1::Exemplar;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::trace::v1::Span;
+use prometheus_client::metrics::counter::Counter;
 use prost::Message;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Delay suggested to senders when a refusing stage gives none.
@@ -277,6 +282,57 @@ impl From<ConsumeError> for ExportError {
     }
 }
 
+/// Who may send, and what of the request reaches the pipeline: the authenticator (if any)
+/// and `include_metadata`, shared by both transports.
+#[derive(Clone)]
+pub(crate) struct Gate {
+    auth: Option<Arc<dyn ServerAuth>>,
+    include_metadata: bool,
+    failures: Counter,
+    transport: &'static str,
+}
+
+impl Gate {
+    /// A gate checking with `auth`, counting refusals into `failures`.
+    pub(crate) fn new(
+        auth: Option<Arc<dyn ServerAuth>>,
+        include_metadata: bool,
+        failures: Counter,
+        transport: &'static str,
+    ) -> Self {
+        Gate { auth, include_metadata, failures, transport }
+    }
+
+    /// Authenticates a request by its headers (gRPC metadata are HTTP headers) and builds the
+    /// `ClientInfo` the pipeline call runs with. The credential itself is never logged.
+    pub(crate) fn admit(
+        &self,
+        headers: &http::HeaderMap,
+        peer: Option<PeerInfo>,
+    ) -> Result<Arc<ClientInfo>, AuthError> {
+        let auth = match &self.auth {
+            None => None,
+            Some(a) => match a.authenticate(headers) {
+                Ok(info) => Some(info),
+                Err(e) => {
+                    self.failures.inc();
+                    match &e {
+                        AuthError::Unavailable(_) => {
+                            tracing::warn!(transport = self.transport, peer = ?peer.map(|p| p.addr),
+                            error = %e, "otlp receiver cannot authenticate requests")
+                        }
+                        _ => tracing::debug!(transport = self.transport, peer = ?peer.map(|p| p.addr), error = %e,
+                            "otlp receiver refused an unauthenticated request"),
+                    }
+                    return Err(e);
+                }
+            },
+        };
+        let metadata = if self.include_metadata { headers.clone() } else { http::HeaderMap::new() };
+        Ok(Arc::new(ClientInfo { addr: peer.map(|p| p.addr), auth, metadata }))
+    }
+}
+
 /// Where one signal's data goes from one transport, with that transport's counters.
 #[derive(Clone)]
 pub(crate) struct Sink {
@@ -301,6 +357,8 @@ impl Sink {
                 }
                 Ok(S::response(None))
             }
+            // Over an input limit (attribute count): refused whole, with the reason.
+            Err(WireError::Limit(why)) => Err(ExportError::Malformed(format!("request refused: {why}"))),
             // prost decides (and words the error) whenever the wire check is not satisfied.
             Err(_) => {
                 let req =

@@ -24,17 +24,20 @@ pub(crate) mod json;
 
 use async_trait::async_trait;
 use config::OtlpConfig;
+use inferwatch_core::auth::AuthSettings;
 use inferwatch_core::component::{
     ComponentError, ComponentId, CreateContext, FieldError, Receiver, ReceiverConsumers, ReceiverFactory,
 };
+use inferwatch_core::host::Host;
 use inferwatch_core::pdata::Signal;
+use inferwatch_core::server::{Limits, ListenError, Listener};
 use inferwatch_core::settings::HostPort;
 use inferwatch_core::telemetry::Telemetry;
-use ingest::Sink;
+use inferwatch_core::tls::server::TlsServerSettings;
+use ingest::{Gate, Sink};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -81,29 +84,54 @@ struct Running {
 pub struct OtlpReceiver {
     id: ComponentId,
     telemetry: Arc<Telemetry>,
+    host: Arc<Host>,
     config: OtlpConfig,
     addrs: LocalAddrs,
     running: Option<Running>,
 }
 
-/// Binds a listener, naming the endpoint in the error.
-async fn bind(protocol: &str, endpoint: &HostPort) -> Result<TcpListener, ComponentError> {
-    let addr = endpoint.to_bind_string();
-    TcpListener::bind(&addr).await.map_err(|e| {
-        let why = match e.kind() {
-            std::io::ErrorKind::AddrInUse => format!("address {addr} already in use"),
-            std::io::ErrorKind::PermissionDenied => format!("permission denied to listen on {addr}"),
-            std::io::ErrorKind::AddrNotAvailable => format!("address {addr} is not available on this host"),
-            _ => format!("cannot listen on {addr}: {e}"),
-        };
-        ComponentError::Start(format!("otlp {protocol} endpoint: {why}"))
+/// Binds a hardened listener (TLS when configured), naming the endpoint in the error.
+async fn bind(
+    telemetry: &Telemetry,
+    id: &ComponentId,
+    protocol: &str,
+    endpoint: &HostPort,
+    tls: Option<&TlsServerSettings>,
+    limits: Limits,
+) -> Result<Listener, ComponentError> {
+    let name = format!("{id}/{protocol}");
+    Listener::bind(&name, endpoint, tls, limits, telemetry.listener(&name)).await.map_err(|e| match e {
+        ListenError::Bind(why) => ComponentError::Start(format!("otlp {protocol} endpoint: {why}")),
+        ListenError::Tls(e) => ComponentError::Start(format!("otlp receiver {id}: protocols.{protocol}.{e}")),
     })
 }
 
 impl OtlpReceiver {
     /// A receiver with checked settings (see [`OtlpConfig::from_value`]); it binds on `start`.
     pub fn new(ctx: CreateContext, config: OtlpConfig) -> Self {
-        OtlpReceiver { id: ctx.id, telemetry: ctx.telemetry, config, addrs: LocalAddrs::default(), running: None }
+        OtlpReceiver {
+            id: ctx.id,
+            telemetry: ctx.telemetry,
+            host: ctx.host,
+            config,
+            addrs: LocalAddrs::default(),
+            running: None,
+        }
+    }
+
+    /// The admission gate of one transport: its authenticator (looked up in the host's
+    /// extension services) and `include_metadata`.
+    fn gate(
+        &self,
+        protocol: &'static str,
+        auth: Option<&AuthSettings>,
+        include_metadata: bool,
+    ) -> Result<Gate, ComponentError> {
+        let auth = auth
+            .map(|a| a.server(&self.host))
+            .transpose()
+            .map_err(|e| ComponentError::Start(format!("otlp receiver {}: protocols.{protocol}.{e}", self.id)))?;
+        Ok(Gate::new(auth, include_metadata, self.telemetry.auth_failures(&self.id, protocol), protocol))
     }
 
     /// The bound addresses; empty before `start` and after `shutdown`.
@@ -125,15 +153,22 @@ impl Receiver for OtlpReceiver {
             return Err(ComponentError::Start(format!("receiver {} is already started", self.id)));
         }
         // Bind everything first so that a bind error leaves nothing running.
+        let (t, id) = (&self.telemetry, &self.id);
         let grpc = match &self.config.protocols.grpc {
-            Some(g) => Some((bind("grpc", &g.endpoint).await?, g.clone())),
+            Some(g) => {
+                let gate = self.gate("grpc", g.auth.as_ref(), g.include_metadata)?;
+                Some((bind(t, id, "grpc", &g.endpoint, g.tls.as_ref(), g.limits()).await?, g.clone(), gate))
+            }
             None => None,
         };
         let http = match &self.config.protocols.http {
-            Some(h) => Some((bind("http", &h.endpoint).await?, h.clone())),
+            Some(h) => {
+                let gate = self.gate("http", h.auth.as_ref(), h.include_metadata)?;
+                Some((bind(t, id, "http", &h.endpoint, h.tls.as_ref(), h.limits()).await?, h.clone(), gate))
+            }
             None => None,
         };
-        let local = |l: &TcpListener| {
+        let local = |l: &Listener| {
             l.local_addr()
                 .map_err(|e| ComponentError::Start(format!("otlp receiver: cannot read the bound address: {e}")))
         };
@@ -141,19 +176,19 @@ impl Receiver for OtlpReceiver {
         let shutdown = CancellationToken::new();
         let mut tasks = Vec::new();
         let mut listening = Vec::new();
-        if let Some((listener, cfg)) = grpc {
+        if let Some((listener, cfg, gate)) = grpc {
             let addr = local(&listener)?;
             let [traces, metrics, logs] = self.sinks(&consumers, "grpc");
             let sinks = grpc::GrpcSinks { traces, metrics, logs };
-            tasks.push(("grpc", tokio::spawn(grpc::serve(listener, cfg, sinks, shutdown.clone()))));
+            tasks.push(("grpc", tokio::spawn(grpc::serve(listener, cfg, sinks, gate, shutdown.clone()))));
             addrs.grpc = Some(addr);
             listening.push(format!("grpc={addr}"));
         }
-        if let Some((listener, cfg)) = http {
+        if let Some((listener, cfg, gate)) = http {
             let addr = local(&listener)?;
             let [traces, metrics, logs] = self.sinks(&consumers, "http");
             let sinks = http::HttpSinks { traces, metrics, logs };
-            tasks.push(("http", tokio::spawn(http::serve(listener, cfg, sinks, shutdown.clone()))));
+            tasks.push(("http", tokio::spawn(http::serve(listener, cfg, sinks, gate, shutdown.clone()))));
             addrs.http = Some(addr);
             listening.push(format!("http={addr}"));
         }

@@ -1,14 +1,21 @@
 //! Settings of the `prometheus` receiver: the subset of otelcol's (Prometheus') `scrape_configs`
 //! that static targets need, plus the `tgi` extension.
 
+use super::parse::Limits;
 use inferwatch_core::component::{FieldError, PathSeg, parse_config};
-use inferwatch_core::settings::GoDuration;
+use inferwatch_core::extension::client_auth::Secret;
+use inferwatch_core::settings::{GoDuration, TlsClientSettings};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 /// Prometheus' default scrape interval.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+/// Default `body_size_limit` (Prometheus has none; a bound keeps a hostile or broken target
+/// from taking the agent's memory: parsing and converting cost about 45 times the body).
+pub const DEFAULT_BODY_SIZE_LIMIT: usize = 32 * 1024 * 1024;
+/// Most redirects followed per scrape (`follow_redirects: true`).
+pub const MAX_REDIRECTS: usize = 5;
 /// Prometheus' default scrape timeout (lowered to the interval when the interval is shorter).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -47,9 +54,42 @@ pub struct ScrapeConfig {
     /// HTTP path of the exposition (default `/metrics`).
     #[serde(default = "default_path")]
     pub metrics_path: String,
-    /// `http` (`https` is not supported yet).
+    /// `http` or `https`.
     #[serde(default = "default_scheme")]
     pub scheme: String,
+    /// TLS of `https` scrapes.
+    #[serde(default)]
+    pub tls_config: Option<ScrapeTlsConfig>,
+    /// `Authorization: <type> <credentials>` on each scrape.
+    #[serde(default)]
+    pub authorization: Option<AuthorizationConfig>,
+    /// HTTP Basic credentials on each scrape.
+    #[serde(default)]
+    pub basic_auth: Option<BasicAuthConfig>,
+    /// Bearer token (deprecated in Prometheus for `authorization`).
+    #[serde(default)]
+    pub bearer_token: Option<Secret>,
+    /// File holding a bearer token (deprecated in Prometheus for `authorization`).
+    #[serde(default)]
+    pub bearer_token_file: Option<String>,
+    /// Follow HTTP redirects (to http/https URLs, at most 5; default true).
+    #[serde(default = "default_true")]
+    pub follow_redirects: bool,
+    /// Most samples per scrape; more fails the scrape (0: no limit).
+    #[serde(default)]
+    pub sample_limit: usize,
+    /// Most labels per series (0: no limit).
+    #[serde(default)]
+    pub label_limit: usize,
+    /// Longest label name (0: no limit).
+    #[serde(default)]
+    pub label_name_length_limit: usize,
+    /// Longest label value (0: no limit).
+    #[serde(default)]
+    pub label_value_length_limit: usize,
+    /// Largest body read (bytes or `10MiB`-style; default 32MiB; 0: no limit).
+    #[serde(default)]
+    pub body_size_limit: Option<ByteSize>,
     /// Whether scraped labels win over the target's labels when they clash.
     #[serde(default)]
     pub honor_labels: bool,
@@ -59,6 +99,145 @@ pub struct ScrapeConfig {
     /// Fixed lists of targets.
     #[serde(default)]
     pub static_configs: Vec<StaticConfig>,
+}
+
+/// `tls_config:` of a scrape (Prometheus' names).
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ScrapeTlsConfig {
+    /// CA bundle to verify the target with (PEM); default: the platform's roots.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// Client certificate (PEM).
+    #[serde(default)]
+    pub cert_file: Option<String>,
+    /// Client key (PEM).
+    #[serde(default)]
+    pub key_file: Option<String>,
+    /// Name the target's certificate is verified against.
+    #[serde(default)]
+    pub server_name: Option<String>,
+    /// Accept any certificate.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+    /// `TLS12` (default) or `TLS13` (`TLS10`/`TLS11` are accepted and mean TLS12: rustls has no older versions).
+    #[serde(default)]
+    pub min_version: Option<String>,
+}
+
+/// `authorization:` of a scrape.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AuthorizationConfig {
+    /// The scheme (default `Bearer`).
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    /// The credentials.
+    #[serde(default)]
+    pub credentials: Option<Secret>,
+    /// File holding the credentials (re-read as it changes).
+    #[serde(default)]
+    pub credentials_file: Option<String>,
+}
+
+/// `basic_auth:` of a scrape.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuthConfig {
+    /// User name.
+    pub username: String,
+    /// Password.
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// File holding the password (re-read as it changes).
+    #[serde(default)]
+    pub password_file: Option<String>,
+}
+
+/// A size in bytes: a number, or a string with a unit (`B`, `KB`/`KiB`, `MB`/`MiB`, `GB`/`GiB`:
+/// powers of 1024, as Prometheus reads them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(ByteSize(n)),
+            Raw::S(s) => parse_bytes_size(&s).map(ByteSize).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+fn parse_bytes_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?} (e.g. 10MiB, 512KB, 1048576)"))?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" | "KiB" | "kB" => 1 << 10,
+        "MB" | "MiB" => 1 << 20,
+        "GB" | "GiB" => 1 << 30,
+        "TB" | "TiB" => 1 << 40,
+        _ => return Err(format!("invalid size {s:?}: unknown unit {unit:?} (B, KB, MB, GB, TB)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// How a scrape authenticates (checked settings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScrapeCredentials {
+    /// `Authorization: <scheme> <secret>`.
+    Token {
+        /// The scheme (`Bearer`).
+        scheme: String,
+        /// The inline credentials.
+        secret: Secret,
+    },
+    /// `Authorization: <scheme> <file contents>`.
+    TokenFile {
+        /// The scheme.
+        scheme: String,
+        /// The file.
+        path: String,
+    },
+    /// HTTP Basic with an inline password.
+    Basic {
+        /// User name.
+        username: String,
+        /// Password.
+        password: Secret,
+    },
+    /// HTTP Basic with the password in a file.
+    BasicFile {
+        /// User name.
+        username: String,
+        /// The file.
+        path: String,
+    },
+}
+
+/// The HTTP side of a job (checked settings).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ScrapeClient {
+    /// TLS settings for `https` (core's client TLS shape).
+    pub tls: TlsClientSettings,
+    /// TLS 1.3 only (`min_version: TLS13`).
+    pub tls13_only: bool,
+    /// Credentials sent with each scrape.
+    pub credentials: Option<ScrapeCredentials>,
+    /// Follow redirects.
+    pub follow_redirects: bool,
 }
 
 /// `static_configs` entry: targets sharing labels.
@@ -163,6 +342,12 @@ pub struct Job {
     pub params: Vec<(String, String)>,
     /// Each target with its labels (sorted by name).
     pub targets: Vec<(TargetAddr, Vec<(String, String)>)>,
+    /// TLS, credentials and redirects.
+    pub client: ScrapeClient,
+    /// Sample and label limits (`base_labels` is set per target).
+    pub limits: Limits,
+    /// Largest body read (`usize::MAX`: none).
+    pub body_size_limit: usize,
 }
 
 impl Job {
@@ -202,6 +387,93 @@ fn valid_label_name(s: &str) -> bool {
     matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
         && !s.starts_with("__")
+}
+
+/// Checks and assembles a job's TLS, credentials and redirect settings.
+fn scrape_client(i: usize, sc: &ScrapeConfig) -> Result<ScrapeClient, FieldError> {
+    let mut out = ScrapeClient { follow_redirects: sc.follow_redirects, ..Default::default() };
+    if let Some(t) = &sc.tls_config {
+        let at = |k: &str| vec![key("tls_config"), key(k)];
+        out.tls = TlsClientSettings {
+            insecure: false,
+            ca_file: t.ca_file.clone(),
+            cert_file: t.cert_file.clone(),
+            key_file: t.key_file.clone(),
+            insecure_skip_verify: t.insecure_skip_verify,
+            server_name_override: t.server_name.clone(),
+        };
+        if t.cert_file.is_some() != t.key_file.is_some() {
+            let k = if t.cert_file.is_some() { "key_file" } else { "cert_file" };
+            return Err(job_err(i, &at(k), "cert_file and key_file must be set together"));
+        }
+        inferwatch_core::tls::validate(&out.tls)
+            .map_err(|_| job_err(i, &at("server_name"), "not a DNS name or IP address"))?;
+        match t.min_version.as_deref() {
+            None | Some("TLS10" | "TLS11" | "TLS12") => {}
+            Some("TLS13") if t.server_name.is_some() => {
+                return Err(job_err(i, &at("min_version"), "TLS13 together with server_name is not supported yet"));
+            }
+            Some("TLS13") => out.tls13_only = true,
+            Some(other) => {
+                return Err(job_err(i, &at("min_version"), format!("unknown TLS version {other:?} (TLS12, TLS13)")));
+            }
+        }
+    }
+    let mut set = Vec::new();
+    if let Some(a) = &sc.authorization {
+        set.push("authorization");
+        let scheme = a.kind.clone().unwrap_or_else(|| "Bearer".into());
+        if scheme.eq_ignore_ascii_case("basic") {
+            return Err(job_err(i, &[key("authorization"), key("type")], "use basic_auth for Basic credentials"));
+        }
+        out.credentials = Some(match (&a.credentials, &a.credentials_file) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(job_err(
+                    i,
+                    &[key("authorization"), key("credentials")],
+                    "set exactly one of credentials and credentials_file",
+                ));
+            }
+            (Some(c), None) => ScrapeCredentials::Token { scheme, secret: c.clone() },
+            (None, Some(f)) => ScrapeCredentials::TokenFile { scheme, path: f.clone() },
+        });
+    }
+    if let Some(b) = &sc.basic_auth {
+        set.push("basic_auth");
+        if b.username.contains(':') {
+            return Err(job_err(i, &[key("basic_auth"), key("username")], "must not contain ':'"));
+        }
+        out.credentials = Some(match (&b.password, &b.password_file) {
+            (Some(_), Some(_)) => {
+                return Err(job_err(
+                    i,
+                    &[key("basic_auth"), key("password")],
+                    "set at most one of password and password_file",
+                ));
+            }
+            (Some(p), None) => ScrapeCredentials::Basic { username: b.username.clone(), password: p.clone() },
+            (None, Some(f)) => ScrapeCredentials::BasicFile { username: b.username.clone(), path: f.clone() },
+            (None, None) => ScrapeCredentials::Basic { username: b.username.clone(), password: Secret::default() },
+        });
+    }
+    match (&sc.bearer_token, &sc.bearer_token_file) {
+        (Some(_), Some(_)) => {
+            return Err(job_err(i, &[key("bearer_token")], "set at most one of bearer_token and bearer_token_file"));
+        }
+        (Some(t), None) => {
+            set.push("bearer_token");
+            out.credentials = Some(ScrapeCredentials::Token { scheme: "Bearer".into(), secret: t.clone() });
+        }
+        (None, Some(f)) => {
+            set.push("bearer_token_file");
+            out.credentials = Some(ScrapeCredentials::TokenFile { scheme: "Bearer".into(), path: f.clone() });
+        }
+        (None, None) => {}
+    }
+    if set.len() > 1 {
+        return Err(job_err(i, &[key(set[1])], format!("{} and {} are mutually exclusive", set[0], set[1])));
+    }
+    Ok(out)
 }
 
 impl PrometheusConfig {
@@ -248,16 +520,12 @@ impl PrometheusConfig {
                 None => DEFAULT_TIMEOUT.min(interval),
             };
             match sc.scheme.as_str() {
-                "http" => {}
-                "https" => {
-                    return Err(job_err(
-                        i,
-                        &[key("scheme")],
-                        "https is not supported yet (TLS scraping is coming); use http",
-                    ));
+                "http" | "https" => {}
+                other => {
+                    return Err(job_err(i, &[key("scheme")], format!("unknown scheme {other:?}; use http or https")));
                 }
-                other => return Err(job_err(i, &[key("scheme")], format!("unknown scheme {other:?}; use http"))),
             }
+            let client = scrape_client(i, sc)?;
             if !sc.metrics_path.starts_with('/') || sc.metrics_path.contains(['?', '#', ' ']) {
                 return Err(job_err(i, &[key("metrics_path")], "must be a path starting with '/'"));
             }
@@ -299,6 +567,19 @@ impl PrometheusConfig {
                 honor_labels: sc.honor_labels,
                 params,
                 targets,
+                client,
+                limits: Limits {
+                    sample_limit: sc.sample_limit,
+                    label_limit: sc.label_limit,
+                    label_name_length_limit: sc.label_name_length_limit,
+                    label_value_length_limit: sc.label_value_length_limit,
+                    base_labels: 0,
+                },
+                body_size_limit: match sc.body_size_limit {
+                    None => DEFAULT_BODY_SIZE_LIMIT,
+                    Some(ByteSize(0)) => usize::MAX,
+                    Some(ByteSize(n)) => usize::try_from(n).unwrap_or(usize::MAX),
+                },
             };
             for (addr, _) in &job.targets {
                 job.target_url(addr).map_err(|m| job_err(i, &[key("static_configs")], m))?;
@@ -358,7 +639,7 @@ mod tests {
     fn errors_are_located() {
         let t = json!([{"targets": ["h:1"]}]);
         let cases = [
-            (json!({"job_name": "a", "scheme": "https", "static_configs": t}), "scheme", "TLS"),
+            (json!({"job_name": "a", "scheme": "http2", "static_configs": t}), "scheme", "https"),
             (json!({"job_name": "a", "scheme": "ftp", "static_configs": t}), "scheme", "unknown scheme"),
             (
                 json!({"job_name": "a", "scrape_interval": "5s", "scrape_timeout": "10s", "static_configs": t}),

@@ -10,7 +10,18 @@
 //!           scrape_interval: 15s        # default 1m
 //!           scrape_timeout: 10s         # default 10s, at most the interval
 //!           metrics_path: /metrics
-//!           scheme: http                # https: not yet
+//!           scheme: http                # or https (tls_config)
+//!           tls_config: { ca_file: ca.pem, cert_file: c.pem, key_file: k.pem, server_name: x,
+//!                         insecure_skip_verify: false, min_version: TLS12 }
+//!           authorization: { type: Bearer, credentials: "...", credentials_file: /path }
+//!           basic_auth: { username: u, password: "...", password_file: /path }
+//!           bearer_token: "..."         # or bearer_token_file (deprecated in Prometheus)
+//!           follow_redirects: true      # to http(s) only, at most 5 hops
+//!           sample_limit: 0             # 0 = none; more samples fail the whole scrape
+//!           label_limit: 0
+//!           label_name_length_limit: 0
+//!           label_value_length_limit: 0
+//!           body_size_limit: 32MiB      # default 32MiB (Prometheus: none); 0 = none
 //!           honor_labels: false
 //!           params: { key: [value] }
 //!           static_configs:
@@ -38,11 +49,12 @@ mod scrape;
 pub mod tgi;
 
 use async_trait::async_trait;
-use config::{Job, PrometheusConfig};
+use config::{Job, PrometheusConfig, ScrapeCredentials};
 use convert::{Converter, Target};
 use inferwatch_core::component::{
     ComponentError, ComponentId, CreateContext, FieldError, Receiver, ReceiverConsumers, ReceiverFactory,
 };
+use inferwatch_core::extension::client_auth::{FileSecret, SecretSource};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::telemetry::Telemetry;
 use std::sync::Arc;
@@ -50,7 +62,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use scrape::{ACCEPT, MAX_BODY, ScrapeError, fetch};
+pub use scrape::{ACCEPT, MAX_BODY, ScrapeError, fetch, fetch_with};
 
 /// How long `shutdown` waits for the loops before abandoning them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -85,21 +97,111 @@ pub struct PrometheusReceiver {
     running: Option<(CancellationToken, Vec<JoinHandle<()>>)>,
 }
 
-/// The HTTP client of the scrapes: plain HTTP (the TLS setup only satisfies reqwest).
-fn client() -> Result<reqwest::Client, ComponentError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ComponentError::Start(format!("prometheus receiver: TLS setup: {e}")))?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
+/// The TLS configuration of a job's scrapes.
+fn tls_config(job: &Job) -> Result<rustls::ClientConfig, String> {
+    use inferwatch_core::tls;
+    let c = &job.client;
+    if job.scheme != "https" {
+        return tls::plaintext_client_config().map_err(|e| e.to_string());
+    }
+    if !c.tls13_only {
+        return tls::client_config(&c.tls).map_err(|e| format!("tls_config.{}: {e}", e.field()));
+    }
+    let verifier = tls::server_verifier(&c.tls).map_err(|e| format!("tls_config.{}: {e}", e.field()))?;
+    let builder = rustls::ClientConfig::builder_with_provider(tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| format!("tls_config.min_version: {e}"))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    let mut cfg = match tls::load_identity(&c.tls).map_err(|e| format!("tls_config.{}: {e}", e.field()))? {
+        Some(id) => {
+            builder.with_client_auth_cert(id.chain, id.key).map_err(|e| format!("tls_config.cert_file: {e}"))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// The redirect policy: none, or http(s) targets only and at most [`config::MAX_REDIRECTS`] hops.
+fn redirect_policy(follow: bool) -> reqwest::redirect::Policy {
+    if !follow {
+        return reqwest::redirect::Policy::none();
+    }
+    reqwest::redirect::Policy::custom(|a| {
+        if a.previous().len() >= config::MAX_REDIRECTS {
+            a.error(format!("more than {} redirects", config::MAX_REDIRECTS))
+        } else if !matches!(a.url().scheme(), "http" | "https") {
+            let scheme = a.url().scheme().to_string();
+            a.error(format!("redirect to a {scheme}: URL"))
+        } else {
+            a.follow()
+        }
+    })
+}
+
+/// The HTTP client of one job's scrapes (its TLS and redirect settings).
+fn client(job: &Job) -> Result<reqwest::Client, ComponentError> {
+    let tls =
+        tls_config(job).map_err(|e| ComponentError::Start(format!("prometheus receiver, job {}: {e}", job.name)))?;
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
+        .redirect(redirect_policy(job.client.follow_redirects))
         .no_proxy()
         .user_agent(concat!("inferwatch/", env!("CARGO_PKG_VERSION")))
         .tcp_nodelay(true)
         .build()
         .map_err(|e| ComponentError::Start(format!("prometheus receiver: cannot build the HTTP client: {e}")))
+}
+
+/// A job's scrape credentials, files re-read as they change.
+pub struct ScrapeAuth {
+    kind: AuthKind,
+}
+
+enum AuthKind {
+    Token(String, SecretSource),
+    Basic(String, SecretSource),
+}
+
+impl ScrapeAuth {
+    /// Reads the credential files now.
+    pub fn new(c: &ScrapeCredentials) -> Result<Self, String> {
+        let file = |p: &str, at: &str| FileSecret::open(p).map(SecretSource::File).map_err(|e| format!("{at}: {e}"));
+        let kind = match c {
+            ScrapeCredentials::Token { scheme, secret } => {
+                AuthKind::Token(scheme.clone(), SecretSource::Inline(secret.clone()))
+            }
+            ScrapeCredentials::TokenFile { scheme, path } => {
+                AuthKind::Token(scheme.clone(), file(path, "credentials_file")?)
+            }
+            ScrapeCredentials::Basic { username, password } => {
+                AuthKind::Basic(username.clone(), SecretSource::Inline(password.clone()))
+            }
+            ScrapeCredentials::BasicFile { username, path } => {
+                AuthKind::Basic(username.clone(), file(path, "password_file")?)
+            }
+        };
+        Ok(ScrapeAuth { kind })
+    }
+
+    /// The `Authorization` header of the next scrape.
+    pub fn headers(&self) -> Result<http::HeaderMap, String> {
+        use base64::Engine;
+        let text = match &self.kind {
+            AuthKind::Token(scheme, s) => format!("{scheme} {}", s.current().expose()),
+            AuthKind::Basic(user, s) => format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{}", s.current().expose()))
+            ),
+        };
+        let mut v =
+            http::HeaderValue::from_str(&text).map_err(|_| "credentials not usable in an HTTP header".to_string())?;
+        v.set_sensitive(true);
+        let mut h = http::HeaderMap::new();
+        h.insert(http::header::AUTHORIZATION, v);
+        Ok(h)
+    }
 }
 
 impl PrometheusReceiver {
@@ -130,11 +232,22 @@ impl Receiver for PrometheusReceiver {
         let Some(consumer) = consumers.metrics.clone() else {
             return Err(ComponentError::Start(format!("receiver {} is in no metrics pipeline", self.id)));
         };
-        let client = client()?;
         let cancel = CancellationToken::new();
         let metrics = self.telemetry.receiver(&self.id, "http");
         let mut loops = Vec::new();
         for job in &self.jobs {
+            let client = client(job)?;
+            let auth = match &job.client.credentials {
+                Some(c) => Some(Arc::new(
+                    ScrapeAuth::new(c)
+                        .map_err(|e| ComponentError::Start(format!("prometheus receiver, job {}: {e}", job.name)))?,
+                )),
+                None => None,
+            };
+            if job.body_size_limit == usize::MAX {
+                tracing::warn!(receiver = %self.id, job = %job.name,
+                    "body_size_limit is 0: a target's page is read whole, however large");
+            }
             for (addr, labels) in &job.targets {
                 let url = job.target_url(addr).map_err(ComponentError::Start)?;
                 let info_url = job.info_url(addr).map_err(ComponentError::Start)?;
@@ -153,6 +266,11 @@ impl Receiver for PrometheusReceiver {
                     timeout: job.timeout,
                     converter: Converter::new(target),
                     client: client.clone(),
+                    auth: auth.clone(),
+                    // job and instance, the static labels, and the resource's service labels are not
+                    // counted: Prometheus counts the target's labels, which are `job`, `instance` and these.
+                    limits: parse::Limits { base_labels: 2 + labels.len(), ..job.limits },
+                    body_size_limit: job.body_size_limit,
                     consumer: consumer.clone(),
                     telemetry: self.telemetry.clone(),
                     metrics: metrics.clone(),

@@ -218,9 +218,125 @@ pub fn parse_bytes(body: &[u8], format: Format) -> Result<Exposition<'_>, ParseE
     }
 }
 
+/// The scrape limits checked while parsing (Prometheus' `sample_limit`, `label_limit`,
+/// `label_name_length_limit`, `label_value_length_limit`; 0 = no limit). Parsing stops at the
+/// first sample over a limit, so a huge page costs no more memory than the limit allows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Most samples per scrape.
+    pub sample_limit: usize,
+    /// Most labels per series, `__name__` and the target's labels (`base_labels`) included.
+    pub label_limit: usize,
+    /// Longest label name, in bytes.
+    pub label_name_length_limit: usize,
+    /// Longest label value, in bytes.
+    pub label_value_length_limit: usize,
+    /// Labels every series gets from the target (`job`, `instance`, static labels).
+    pub base_labels: usize,
+}
+
+/// A limit an exposition exceeded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitExceeded {
+    /// More samples than `sample_limit`.
+    #[error("sample_limit exceeded: more than {limit} samples")]
+    Samples {
+        /// The limit.
+        limit: usize,
+    },
+    /// A series with more labels than `label_limit`.
+    #[error("label_limit exceeded (metric: {metric}, number of labels: {count}, limit: {limit})")]
+    Labels {
+        /// The metric (truncated).
+        metric: String,
+        /// Its label count.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A label name longer than `label_name_length_limit`.
+    #[error("label_name_length_limit exceeded (metric: {metric}, label name: {name}, limit: {limit})")]
+    LabelName {
+        /// The metric (truncated).
+        metric: String,
+        /// The label name (truncated).
+        name: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// A label value longer than `label_value_length_limit`.
+    #[error("label_value_length_limit exceeded (metric: {metric}, label: {name}, value length: {len}, limit: {limit})")]
+    LabelValue {
+        /// The metric (truncated).
+        metric: String,
+        /// The label name (truncated).
+        name: String,
+        /// The value's length in bytes.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+impl LimitExceeded {
+    /// The `reason` label of the scrape failure counter (the setting's name).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            LimitExceeded::Samples { .. } => "sample_limit",
+            LimitExceeded::Labels { .. } => "label_limit",
+            LimitExceeded::LabelName { .. } => "label_name_length_limit",
+            LimitExceeded::LabelValue { .. } => "label_value_length_limit",
+        }
+    }
+}
+
+/// Why [`parse_limited`] refused an exposition.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseFailure {
+    /// A malformed line.
+    #[error(transparent)]
+    Malformed(#[from] ParseError),
+    /// A limit was exceeded (at this line).
+    #[error("line {line}: {limit}")]
+    Limit {
+        /// 1-based line number.
+        line: usize,
+        /// Which limit.
+        limit: LimitExceeded,
+    },
+}
+
+/// Parses UTF-8 bytes under `limits`.
+pub fn parse_bytes_limited<'a>(
+    body: &'a [u8],
+    format: Format,
+    limits: &Limits,
+) -> Result<Exposition<'a>, ParseFailure> {
+    match std::str::from_utf8(body) {
+        Ok(text) => parse_limited(text, format, limits),
+        Err(_) => parse_bytes(body, format).map_err(ParseFailure::Malformed),
+    }
+}
+
 /// Parses an exposition.
 pub fn parse(text: &str, format: Format) -> Result<Exposition<'_>, ParseError> {
-    let mut p = Parser { format, families: Vec::new(), index: HashMap::new(), current: None };
+    parse_limited(text, format, &Limits::default()).map_err(|e| match e {
+        ParseFailure::Malformed(e) => e,
+        ParseFailure::Limit { line, limit } => ParseError { line, message: limit.to_string() },
+    })
+}
+
+/// Parses an exposition, stopping at the first sample over `limits`.
+pub fn parse_limited<'a>(text: &'a str, format: Format, limits: &Limits) -> Result<Exposition<'a>, ParseFailure> {
+    let mut p = Parser {
+        format,
+        families: Vec::new(),
+        index: HashMap::new(),
+        current: None,
+        limits: *limits,
+        samples: 0,
+        exceeded: None,
+    };
     let mut eof_at = None;
     for (i, raw) in text.split('\n').enumerate() {
         let line_no = i + 1;
@@ -229,7 +345,7 @@ pub fn parse(text: &str, format: Format) -> Result<Exposition<'_>, ParseError> {
             if line.is_empty() {
                 continue;
             }
-            return Err(ParseError { line: line_no, message: format!("content after # EOF (line {at})") });
+            return Err(ParseError { line: line_no, message: format!("content after # EOF (line {at})") }.into());
         }
         if line.is_empty() {
             continue;
@@ -246,11 +362,16 @@ pub fn parse(text: &str, format: Format) -> Result<Exposition<'_>, ParseError> {
         } else {
             p.sample(line, line_no)
         };
-        r.map_err(|message| ParseError { line: line_no, message })?;
+        if let Err(message) = r {
+            return Err(match p.exceeded.take() {
+                Some(limit) => ParseFailure::Limit { line: line_no, limit },
+                None => ParseFailure::Malformed(ParseError { line: line_no, message }),
+            });
+        }
     }
     if format == Format::OpenMetrics && eof_at.is_none() {
         let line = text.lines().count().max(1);
-        return Err(ParseError { line, message: "OpenMetrics exposition without # EOF".into() });
+        return Err(ParseError { line, message: "OpenMetrics exposition without # EOF".into() }.into());
     }
     let mut families = p.families;
     fold_created_gauges(&mut families);
@@ -262,6 +383,9 @@ struct Parser<'a> {
     families: Vec<Family<'a>>,
     index: HashMap<Cow<'a, str>, usize>,
     current: Option<usize>,
+    limits: Limits,
+    samples: usize,
+    exceeded: Option<LimitExceeded>,
 }
 
 /// A cursor over one line.
@@ -526,6 +650,7 @@ impl<'a> Parser<'a> {
             _ => return Err(format!("invalid metric name at {:?}", truncate(line))),
         }
         let Some(name) = name else { return Err("sample without a metric name".into()) };
+        self.check_limits(&name, &labels)?;
         c.skip_ws();
         let value = parse_value(c.token())?;
         c.skip_ws();
@@ -551,6 +676,49 @@ impl<'a> Parser<'a> {
         };
         self.families[fi].samples.push(Sample { suffix, labels, bound, value, timestamp_ns, line: line_no });
         Ok(())
+    }
+
+    /// Counts the sample and checks it against the limits (before its family is created).
+    fn check_limits(&mut self, name: &str, labels: &[Label<'a>]) -> Result<(), String> {
+        let l = self.limits;
+        self.samples += 1;
+        let metric = || truncate(name).to_string();
+        let exceeded = if l.sample_limit > 0 && self.samples > l.sample_limit {
+            Some(LimitExceeded::Samples { limit: l.sample_limit })
+        } else if l.label_limit > 0 && labels.len() + 1 + l.base_labels > l.label_limit {
+            Some(LimitExceeded::Labels {
+                metric: metric(),
+                count: labels.len() + 1 + l.base_labels,
+                limit: l.label_limit,
+            })
+        } else {
+            labels.iter().find_map(|lb| {
+                if l.label_name_length_limit > 0 && lb.name.len() > l.label_name_length_limit {
+                    Some(LimitExceeded::LabelName {
+                        metric: metric(),
+                        name: truncate(&lb.name).to_string(),
+                        limit: l.label_name_length_limit,
+                    })
+                } else if l.label_value_length_limit > 0 && lb.value.len() > l.label_value_length_limit {
+                    Some(LimitExceeded::LabelValue {
+                        metric: metric(),
+                        name: truncate(&lb.name).to_string(),
+                        len: lb.value.len(),
+                        limit: l.label_value_length_limit,
+                    })
+                } else {
+                    None
+                }
+            })
+        };
+        match exceeded {
+            Some(e) => {
+                let m = e.to_string();
+                self.exceeded = Some(e);
+                Err(m)
+            }
+            None => Ok(()),
+        }
     }
 
     /// Reads a label set after its `{`, up to and including `}`.

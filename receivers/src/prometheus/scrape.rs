@@ -5,7 +5,7 @@
 //! the next interval tries again.
 
 use super::convert::{Converter, scrape_metrics};
-use super::parse::{Format, ParseError, parse_bytes};
+use super::parse::{Format, LimitExceeded, Limits, ParseError, ParseFailure, parse_bytes_limited};
 use super::tgi;
 use inferwatch_core::component::ComponentId;
 use inferwatch_core::consumer::ConsumerRef;
@@ -56,6 +56,32 @@ pub enum ScrapeError {
         /// The limit.
         limit: usize,
     },
+    /// A redirect that is refused (`follow_redirects: false`, a non-http(s) target, too many hops).
+    #[error("{url}: redirect refused: {message}")]
+    Redirect {
+        /// The scraped URL.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// The scrape's credentials are unavailable (unreadable file).
+    #[error("{url}: credentials unavailable: {message}")]
+    Credentials {
+        /// The scraped URL.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// A sample or label limit was exceeded: the whole scrape is refused, as Prometheus does.
+    #[error("{url}: line {line}: {limit}")]
+    Limit {
+        /// The scraped URL.
+        url: String,
+        /// The line of the first offending sample.
+        line: usize,
+        /// Which limit.
+        limit: LimitExceeded,
+    },
     /// A malformed exposition.
     #[error("{url}: malformed exposition: {source}")]
     Parse {
@@ -75,6 +101,9 @@ impl ScrapeError {
             ScrapeError::HttpStatus { .. } => "http_status",
             ScrapeError::TooLarge { .. } => "too_large",
             ScrapeError::Parse { .. } => "parse",
+            ScrapeError::Redirect { .. } => "redirect",
+            ScrapeError::Credentials { .. } => "credentials",
+            ScrapeError::Limit { limit, .. } => limit.reason(),
         }
     }
 }
@@ -101,9 +130,22 @@ pub async fn fetch(
     timeout: Duration,
     limit: usize,
 ) -> Result<(Vec<u8>, Format), ScrapeError> {
+    fetch_with(client, url, timeout, limit, http::HeaderMap::new()).await
+}
+
+/// As [`fetch`], with extra request headers (credentials).
+pub async fn fetch_with(
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    timeout: Duration,
+    limit: usize,
+    headers: http::HeaderMap,
+) -> Result<(Vec<u8>, Format), ScrapeError> {
     let u = || url.to_string();
     let classify = |e: reqwest::Error| {
-        if e.is_timeout() {
+        if e.is_redirect() {
+            ScrapeError::Redirect { url: u(), message: chain(&e) }
+        } else if e.is_timeout() {
             ScrapeError::Timeout { url: u(), timeout }
         } else {
             ScrapeError::Unreachable { url: u(), message: chain(&e) }
@@ -112,12 +154,20 @@ pub async fn fetch(
     let work = async {
         let mut resp = client
             .get(url.clone())
+            .headers(headers)
             .header(http::header::ACCEPT, ACCEPT)
             .header("X-Prometheus-Scrape-Timeout-Seconds", format!("{}", timeout.as_secs_f64()))
             .send()
             .await
             .map_err(classify)?;
         let status = resp.status();
+        if status.is_redirection() {
+            let to = resp.headers().get(http::header::LOCATION).and_then(|v| v.to_str().ok()).unwrap_or("");
+            return Err(ScrapeError::Redirect {
+                url: u(),
+                message: format!("HTTP {} to {to:?} (follow_redirects is false)", status.as_u16()),
+            });
+        }
         if !status.is_success() {
             return Err(ScrapeError::HttpStatus { url: u(), status: status.as_u16() });
         }
@@ -171,8 +221,14 @@ pub(crate) struct ScrapeLoop {
     pub timeout: Duration,
     /// The target's converter (start-time state).
     pub converter: Converter,
-    /// Shared HTTP client.
+    /// The job's HTTP client (TLS, redirect policy).
     pub client: reqwest::Client,
+    /// Credentials added to each scrape.
+    pub auth: Option<Arc<super::ScrapeAuth>>,
+    /// Sample and label limits.
+    pub limits: Limits,
+    /// Largest body read.
+    pub body_size_limit: usize,
     /// The metrics pipeline.
     pub consumer: ConsumerRef,
     /// Self-telemetry (failure counter).
@@ -231,10 +287,17 @@ impl ScrapeLoop {
     async fn scrape_once(&mut self, st: &mut State) -> Payload {
         let scrape_ns = now_ns();
         let started = Instant::now();
-        let fetched = fetch(&self.client, &self.url, self.timeout, MAX_BODY).await;
+        let headers = match &self.auth {
+            Some(a) => a.headers(),
+            None => Ok(http::HeaderMap::new()),
+        };
+        let fetched = match headers {
+            Ok(h) => fetch_with(&self.client, &self.url, self.timeout, self.body_size_limit, h).await,
+            Err(message) => Err(ScrapeError::Credentials { url: self.url.to_string(), message }),
+        };
         let duration = started.elapsed();
         let result = match fetched {
-            Ok((body, format)) => match parse_bytes(&body, format) {
+            Ok((body, format)) => match parse_bytes_limited(&body, format, &self.limits) {
                 Ok(expo) => {
                     let extra = if tgi::is_tgi(&expo) {
                         self.tgi_model(st).await.map(|m| vec![("model_name".to_string(), m)]).unwrap_or_default()
@@ -244,7 +307,10 @@ impl ScrapeLoop {
                     let samples = expo.sample_count();
                     Ok((self.converter.convert(&expo, scrape_ns, &extra), samples))
                 }
-                Err(source) => Err(ScrapeError::Parse { url: self.url.to_string(), source }),
+                Err(ParseFailure::Malformed(source)) => Err(ScrapeError::Parse { url: self.url.to_string(), source }),
+                Err(ParseFailure::Limit { line, limit }) => {
+                    Err(ScrapeError::Limit { url: self.url.to_string(), line, limit })
+                }
             },
             Err(e) => Err(e),
         };

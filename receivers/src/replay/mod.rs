@@ -33,6 +33,7 @@ mod input;
 mod position;
 mod read;
 mod time;
+pub(crate) use time::{batch_first, batch_min};
 
 /// Decodes one line of the otelcol file exporter format (OTLP/JSON, one export request per line).
 pub fn decode_otlp_json_line(line: &[u8]) -> Result<inferwatch_core::pdata::Payload, String> {

@@ -177,7 +177,8 @@ class Agent:
     """One `inferwatch run` process with its config file and log."""
 
     def __init__(self, name: str, cfg: dict | str, ports: Optional[Ports], workdir: Path,
-                 extra_args: tuple = (), env: Optional[dict] = None, log_level: Optional[str] = None) -> None:
+                 extra_args: tuple = (), env: Optional[dict] = None, log_level: Optional[str] = None,
+                 nofile: Optional[int] = None) -> None:
         self.name = name
         self.ports = ports
         self.workdir = workdir
@@ -186,6 +187,8 @@ class Agent:
         self.log_path = workdir / f"{name}.log"
         self.extra_args = tuple(extra_args)
         self.env = env
+        # RLIMIT_NOFILE (soft and hard) for the process, e.g. 1024 as a default systemd unit leaves it.
+        self.nofile = nofile
         # INFERWATCH_E2E_LOG_LEVEL=debug turns up every agent's logging when chasing a failure.
         self.log_level = log_level or os.environ.get("INFERWATCH_E2E_LOG_LEVEL", "info")
         self.proc: Optional[subprocess.Popen] = None
@@ -202,8 +205,16 @@ class Agent:
         env.pop("RUST_LOG", None)
         if self.env:
             env.update(self.env)
+        preexec = None
+        if self.nofile is not None:
+            import resource
+
+            lim = self.nofile
+
+            def preexec() -> None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (lim, lim))
         self.proc = subprocess.Popen(args, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=self.workdir, env=env)
+                                     cwd=self.workdir, env=env, preexec_fn=preexec)
         if wait:
             self.wait_ready(timeout)
         return self
