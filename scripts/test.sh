@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command: formatting, lints, unit tests, an optimised build, and the
-# end-to-end suite (tests/e2e, pytest against target/e2e/inferwatch).
+# end-to-end suite (tests/e2e, pytest against target/debug/inferwatch, the binary `cargo test` built).
 #
 #   ./scripts/test.sh              everything
 #   ./scripts/test.sh --quick      skip cargo fmt and clippy
-#   ./scripts/test.sh --e2e-only   only build the binary (profile e2e) and run the e2e suite
+#   ./scripts/test.sh --e2e-only   only build the binary (dev profile, opt-level 1) and run the e2e suite
 #   ./scripts/test.sh --no-e2e     skip the e2e suite
 #   ./scripts/test.sh -- ARGS      pass ARGS to pytest (e.g. -- -k roundtrip -x)
 #
@@ -177,9 +177,10 @@ fi
 if [[ $E2E -eq 1 ]]; then
     step "promtool" ensure_promtool
     step "alertmanager" ensure_alertmanager
-    # Profile `e2e` (Cargo.toml): optimised at opt-level 1, no LTO, for a faster build; the shipped binary is --release.
-    step "cargo build --profile e2e" cargo build --profile e2e --bin inferwatch
-    export INFERWATCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/e2e/inferwatch"
+    # The dev profile is opt-level 1 (Cargo.toml): `cargo test` above already built this binary,
+    # so this step only links it when --e2e-only skipped the unit tests. The shipped binary is --release.
+    step "cargo build --bin inferwatch" cargo build --bin inferwatch
+    export INFERWATCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/inferwatch"
     PYTEST_FLAGS=(-v --durations=10)
     [[ ${#PYTEST_ARGS[@]} -gt 0 ]] && PYTEST_FLAGS+=("${PYTEST_ARGS[@]}")
     step "pytest tests/e2e" "$VENV/bin/python" -m pytest tests/e2e "${PYTEST_FLAGS[@]}"

@@ -169,7 +169,9 @@ def test_parallel_gzip_bombs_keep_memory_bounded_and_good_clients_served(agents,
     assert all(c in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE") for c in codes[32:]), codes[32:]
     hwm = a.proc_status()["VmHWM"]
     print(f"RSS before {base / 1024:.0f} MiB, high-water mark {hwm / 1024:.0f} MiB, good-client latencies {lat}")
-    assert hwm - base < 300 * 1024, f"RSS grew by {(hwm - base) / 1024:.0f} MiB under 40 parallel bombs"
+    # The inflation budget is 128 MiB process-wide (plus decode buffers and what the allocator
+    # keeps); before it, 48 such bombs took RSS to 1.49 GiB.
+    assert hwm - base < 400 * 1024, f"RSS grew by {(hwm - base) / 1024:.0f} MiB under 40 parallel bombs"
     assert max(lat) < 2.0, lat
     sink.wait_spans(2 * len(lat), timeout=20)
     assert a.running()

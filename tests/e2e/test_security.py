@@ -27,6 +27,14 @@ from support.client import trace_request
 TOKEN = "s3cr3t-token-e2e"
 
 
+@pytest.fixture(autouse=True)
+def _only_the_test_ca(monkeypatch):
+    """requests prefers REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE over a session's `verify` (the SDK's
+    `certificate_file`): without clearing them the machine's bundle, not the test CA, is used."""
+    for k in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(k, raising=False)
+
+
 def _export_with(exporter, name: str = "tls-span"):
     """Exports one span through `exporter` and returns the SDK's result."""
     provider = TracerProvider(resource=Resource.create({"service.name": "e2e-security"}))
