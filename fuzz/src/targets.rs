@@ -469,65 +469,7 @@ pub fn otlp_http_receiver(data: &[u8]) -> Outcome {
 /// Findings that are reported but do not fail the runs until the code they are in is fixed:
 /// (target, text in the panic message, what it is). Remove an entry with the fix; its
 /// minimised input stays in `corpus/<target>/` as the regression input.
-pub const KNOWN: &[(&str, &str, &str)] = &[
-    (
-        "replay_arrow_ipc",
-        "the offset of the new Buffer cannot exceed the existing length",
-        "arrow-ipc 60.1 panics (arrow-buffer Buffer::slice) on a record batch whose buffer offsets or \
-     lengths point past the body; the replay receiver reads .arrows/.arrow inputs with it \
-     (receivers/src/replay/read.rs) without catching the panic",
-    ),
-    (
-        "replay_arrow_ipc",
-        "rows from a",
-        "an Arrow IPC file of 24 KB whose batch claims ~10^10 rows: the replay reader (read.rs `ipc`) \
-         slices it into batch_size chunks and fails each one, reporting billions of failed items \
-         and spinning for minutes (`inferwatch replay` still running after 90 s)",
-    ),
-    (
-        "replay_arrow_ipc",
-        "arrow-ipc-60.1.0/src/reader.rs",
-        "arrow-ipc 60.1's reader panics (an unwrap, a slice range) on corrupt IPC metadata; the \
-         replay receiver does not catch it",
-    ),
-    (
-        "replay_arrow_ipc",
-        "prefix.is_empty() && suffix.is_empty()",
-        "arrow-buffer 60.1 asserts on a misaligned buffer in a corrupt IPC batch; the replay \
-         receiver does not catch it",
-    ),
-    (
-        "replay_arrow_ipc",
-        "heap grew",
-        "arrow-ipc 60.1's FileReader allocates the footer length read from the file's last bytes \
-         before checking it against the file size: `ARROW1ARROW1` (12 bytes) allocates ~1.9 GiB",
-    ),
-    (
-        "replay_parquet",
-        "parquet-60.1.0/src/",
-        "parquet 60.1 panics on corrupt files (divide by zero, \
-         a missing dictionary decoder, negative column ranges); the replay receiver does not catch it",
-    ),
-    (
-        "replay_parquet",
-        "arrow-buffer-60.1.0/src/",
-        "arrow-buffer 60.1 panics (bit chunk offset) on a corrupt Parquet page; the replay receiver \
-         does not catch it",
-    ),
-    (
-        "otlp_http_receiver",
-        "counted",
-        "the wire count bug below seen through the receiver: an Encoded metrics payload holds more \
-         points than it was counted with",
-    ),
-    (
-        "otlp_proto_metrics",
-        "wire counts",
-        "a metric with its data field (e.g. `gauge`) twice: prost merges the two messages (their \
-         points add up) while core::pdata::wire counts only the last one, so an Encoded payload \
-         under-counts its data points (self-metrics, batch sizes, splits)",
-    ),
-];
+pub const KNOWN: &[(&str, &str, &str)] = &[];
 
 /// The note of a known finding of `target` with `message`, if it is one.
 pub fn known(target: &str, message: &str) -> Option<&'static str> {

@@ -52,9 +52,10 @@ impl ReplayOutcome {
         while start < n {
             let len = (n - start).min(batch_size.max(1));
             let slice = b.slice(start, len);
-            match batch_to_payload(&slice) {
-                Ok(p) => self.chunks.push((p, crate::replay::batch_min(&slice))),
-                Err(e) => self.bad.push(e.to_string()),
+            match crate::replay::caught(|| batch_to_payload(&slice).map(|p| (p, crate::replay::batch_min(&slice)))) {
+                Ok(Ok(chunk)) => self.chunks.push(chunk),
+                Ok(Err(e)) => self.bad.push(e.to_string()),
+                Err(e) => self.bad.push(e),
             }
             start += len;
         }
@@ -62,33 +63,25 @@ impl ReplayOutcome {
 }
 
 /// Reads an Arrow IPC input (file or stream, told apart by the `ARROW1` magic as the replay
-/// receiver does) from memory and converts its batches to payloads.
+/// receiver does) from memory with the replay reader's checks and converts its batches to
+/// payloads.
 pub fn replay_arrow_ipc(bytes: &[u8], batch_size: usize) -> Result<ReplayOutcome, String> {
-    use arrow_ipc::reader::{FileReader, StreamReader};
-    let cursor = std::io::Cursor::new(bytes);
-    let batches: Box<dyn Iterator<Item = Result<RecordBatch, arrow_schema::ArrowError>>> =
-        if bytes.starts_with(b"ARROW1") {
-            let r = FileReader::try_new(cursor, None).map_err(|e| e.to_string())?;
-            if schema::signal_of(&r.schema()).is_none() {
-                return Err("no kind metadata".into());
-            }
-            Box::new(r)
-        } else {
-            let r = StreamReader::try_new(cursor, None).map_err(|e| e.to_string())?;
-            if schema::signal_of(&r.schema()).is_none() {
-                return Err("no kind metadata".into());
-            }
-            Box::new(r)
-        };
+    use crate::replay::{caught, check_rows, ipc_reader, next_batch};
+    let size = bytes.len() as u64;
+    let (schema_ref, mut batches) = ipc_reader(std::io::Cursor::new(bytes.to_vec()), size)?;
+    if schema::signal_of(&schema_ref).is_none() {
+        return Err("no kind metadata".into());
+    }
     let mut out = ReplayOutcome::default();
-    for b in batches.take(MAX_BATCHES) {
-        match b {
-            Ok(b) => {
-                let _ = crate::replay::batch_first(&b);
+    for _ in 0..MAX_BATCHES {
+        match next_batch(&mut batches).map(|r| r.and_then(|b| check_rows(b.num_rows(), size).map(|()| b))) {
+            None => break,
+            Some(Ok(b)) => {
+                let _ = caught(|| crate::replay::batch_first(&b));
                 out.batch(&b, batch_size);
             }
-            Err(e) => {
-                out.bad.push(e.to_string());
+            Some(Err(e)) => {
+                out.bad.push(e);
                 break;
             }
         }
@@ -96,19 +89,24 @@ pub fn replay_arrow_ipc(bytes: &[u8], batch_size: usize) -> Result<ReplayOutcome
     Ok(out)
 }
 
-/// Reads a Parquet input from memory as the replay receiver does (putting the file schema's
-/// metadata back on batches that lost it) and converts its batches to payloads.
+/// Reads a Parquet input from memory as the replay receiver does (its checks, putting the
+/// file schema's metadata back on batches that lost it) and converts its batches to payloads.
 pub fn replay_parquet(bytes: &[u8], batch_size: usize) -> Result<ReplayOutcome, String> {
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::copy_from_slice(bytes))
+    use crate::replay::{caught, parquet_builder};
+    let builder = parquet_builder(bytes::Bytes::copy_from_slice(bytes))
         .map_err(|e| format!("not a readable parquet file: {e}"))?;
     if schema::signal_of(builder.schema()).is_none() {
         return Err("no kind metadata".into());
     }
     let file_schema = builder.schema().clone();
-    let reader = builder.with_batch_size(batch_size.max(1)).build().map_err(|e| e.to_string())?;
+    let mut reader = caught(|| builder.with_batch_size(batch_size.max(1)).build())?.map_err(|e| e.to_string())?;
     let mut out = ReplayOutcome::default();
-    for b in reader.take(MAX_BATCHES) {
+    for _ in 0..MAX_BATCHES {
+        let b = match caught(|| reader.next()) {
+            Ok(None) => break,
+            Ok(Some(b)) => b.map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
         match b {
             Ok(b) => {
                 let b = if b.schema_ref().metadata().is_empty() {
@@ -119,7 +117,7 @@ pub fn replay_parquet(bytes: &[u8], batch_size: usize) -> Result<ReplayOutcome, 
                 out.batch(&b, batch_size);
             }
             Err(e) => {
-                out.bad.push(e.to_string());
+                out.bad.push(e);
                 break;
             }
         }

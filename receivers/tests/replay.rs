@@ -482,6 +482,38 @@ async fn bad_input_and_permanent_rejections_are_counted_and_skipped() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The fuzz harness's corrupt Arrow IPC and Parquet inputs (arrow-ipc and parquet panic on
+/// them, one claims ~10^15 rows, `ARROW1ARROW1` has a footer length past its end): each is
+/// a bad file, counted as failed, and the replay finishes.
+#[tokio::test]
+async fn corrupt_arrow_and_parquet_files_are_bad_files_not_panics_or_hangs() {
+    let dir = tmpdir("corrupt-fuzz");
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+    let mut n = 0;
+    for target in ["replay_arrow_ipc", "replay_parquet"] {
+        for e in std::fs::read_dir(corpus.join(target)).unwrap() {
+            let path = e.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if name.starts_with("regress-") {
+                std::fs::copy(&path, dir.join(&name)).unwrap();
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 9, "regress inputs: {n}");
+    std::fs::write(dir.join("tiny.arrow"), b"ARROW1ARROW1").unwrap();
+    std::fs::write(dir.join("tiny.parquet"), b"PAR1\xff\xff\xff\x7fPAR1").unwrap();
+    n += 2;
+    let rec = Recorder::new();
+    let h = host(vec![dir.clone()], StateRegistry::new());
+    replay_all(&h, all_to(&rec), json!(null)).await;
+    let [files, done, _, failed, ..] = progress(&h);
+    assert_eq!((files, done), (n, n));
+    // Every file fails at least once; a batch claiming 10^15 rows is one failure, not 10^15.
+    assert!(failed >= n && failed < 1_000_000, "failed: {failed}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn signals_without_a_pipeline_are_skipped() {
     let dir = tmpdir("skip");

@@ -257,9 +257,11 @@ impl Walk {
         }
         // A span must carry both ids (an empty field is absent on the wire).
         let is_span = std::ptr::eq(desc, &SPAN);
-        // A metric's data fields are a oneof: the last one wins, so only its points count.
+        // A metric's data fields are a oneof, decoded as prost does: a member that repeats the
+        // previous one merges into it (the points of both count), a different member replaces
+        // it (only the new one's points count).
         let is_metric = std::ptr::eq(desc, &METRIC);
-        let mut data_points = 0usize;
+        let (mut data_field, mut data_points) = (0u64, 0usize);
         let (mut has_trace_id, mut has_span_id) = (false, false);
         let mut attributes = 0usize;
         let mut pos = 0;
@@ -302,10 +304,14 @@ impl Walk {
                             }
                         }
                         Some(Msg(d)) if is_metric && matches!(field, 5 | 7 | 9 | 10 | 11) => {
-                            self.items -= data_points;
+                            if field != data_field {
+                                self.items -= data_points;
+                                data_points = 0;
+                                data_field = field;
+                            }
                             let before = self.items;
                             self.message(d, body, depth + 1)?;
-                            data_points = self.items - before;
+                            data_points += self.items - before;
                         }
                         Some(Msg(d)) => {
                             if std::ptr::eq(d, &KEY_VALUE) {
@@ -554,6 +560,139 @@ mod tests {
         }
     }
 
+    /// The items prost decodes from `buf`, if it decodes.
+    fn prost_count(signal: Signal, buf: &[u8]) -> Option<usize> {
+        Some(match signal {
+            Signal::Traces => ExportTraceServiceRequest::decode(buf)
+                .ok()?
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .map(|s| s.spans.len())
+                .sum(),
+            Signal::Metrics => ExportMetricsServiceRequest::decode(buf)
+                .ok()?
+                .resource_metrics
+                .iter()
+                .flat_map(|r| &r.scope_metrics)
+                .flat_map(|s| &s.metrics)
+                .map(|m| match &m.data {
+                    Some(Data::Gauge(g)) => g.data_points.len(),
+                    Some(Data::Sum(g)) => g.data_points.len(),
+                    Some(Data::Histogram(g)) => g.data_points.len(),
+                    Some(Data::ExponentialHistogram(g)) => g.data_points.len(),
+                    Some(Data::Summary(g)) => g.data_points.len(),
+                    None => 0,
+                })
+                .sum(),
+            Signal::Logs => ExportLogsServiceRequest::decode(buf)
+                .ok()?
+                .resource_logs
+                .iter()
+                .flat_map(|r| &r.scope_logs)
+                .map(|s| s.log_records.len())
+                .sum(),
+        })
+    }
+
+    /// A request holding one metric whose encoding is `metric`, wrapped by hand (field 2 of
+    /// ScopeMetrics, field 2 of ResourceMetrics, field 1 of the request).
+    fn wrap_metric(metric: &[u8]) -> Vec<u8> {
+        let wrap = |field: u32, body: &[u8]| {
+            let mut v = Vec::new();
+            prost::encoding::encode_key(field, prost::encoding::WireType::LengthDelimited, &mut v);
+            prost::encoding::encode_varint(body.len() as u64, &mut v);
+            v.extend_from_slice(body);
+            v
+        };
+        wrap(1, &wrap(2, &wrap(2, metric)))
+    }
+
+    /// The fuzz harness's minimised input: a metric whose `gauge` field appears twice. prost
+    /// merges both occurrences, so both sets of points count.
+    #[test]
+    fn a_repeated_data_field_counts_the_points_of_every_occurrence() {
+        let inputs: [&[u8]; 2] = [
+            include_bytes!("../../../fuzz/corpus/otlp_proto_metrics/regress-repeated-gauge.pb"),
+            include_bytes!("../../../fuzz/corpus/otlp_http_receiver/regress-repeated-gauge.pb"),
+        ];
+        for buf in inputs {
+            let theirs = prost_count(Signal::Metrics, buf).expect("prost decodes the regress input");
+            assert_eq!(validate(Signal::Metrics, buf), Ok(theirs));
+            assert!(theirs > 0);
+        }
+
+        let gauge = |n: usize| {
+            Metric {
+                data: Some(Data::Gauge(Gauge { data_points: vec![NumberDataPoint::default(); n] })),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        let sum = |n: usize| {
+            Metric {
+                data: Some(Data::Sum(Sum { data_points: vec![NumberDataPoint::default(); n], ..Default::default() })),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        // gauge 3 + gauge 4 merge: 7; gauge 3, sum 2, gauge 4: the last gauge alone, 4.
+        for (parts, want) in [
+            (vec![gauge(3), gauge(4)], 7),
+            (vec![gauge(3), sum(2), gauge(4)], 4),
+            (vec![sum(2), sum(5), gauge(1), gauge(1)], 2),
+        ] {
+            let top = wrap_metric(&parts.concat());
+            assert_eq!(prost_count(Signal::Metrics, &top), Some(want));
+            assert_eq!(validate(Signal::Metrics, &top), Ok(want));
+        }
+    }
+
+    /// Randomised: metrics made of random sequences of data fields (each occurrence merged or
+    /// replaced as prost does), then byte-mutated; whatever the validator counts equals what
+    /// prost decodes.
+    #[test]
+    fn the_count_equals_prosts_on_repeated_and_mutated_data_fields() {
+        let mut rng = StdRng::seed_from_u64(11);
+        let member = |kind: u32, n: usize| {
+            let data = match kind {
+                0 => Data::Gauge(Gauge { data_points: vec![NumberDataPoint::default(); n] }),
+                1 => Data::Sum(Sum { data_points: vec![NumberDataPoint::default(); n], ..Default::default() }),
+                2 => Data::Histogram(Histogram {
+                    data_points: vec![HistogramDataPoint::default(); n],
+                    ..Default::default()
+                }),
+                3 => Data::ExponentialHistogram(ExponentialHistogram {
+                    data_points: vec![ExponentialHistogramDataPoint::default(); n],
+                    ..Default::default()
+                }),
+                _ => Data::Summary(Summary { data_points: vec![SummaryDataPoint::default(); n] }),
+            };
+            Metric { name: "m".into(), data: Some(data), ..Default::default() }.encode_to_vec()
+        };
+        let mut checked = 0;
+        for _ in 0..3000 {
+            let parts: Vec<Vec<u8>> =
+                (0..rng.random_range(1..6)).map(|_| member(rng.random_range(0..3), rng.random_range(0..4))).collect();
+            let mut b = wrap_metric(&parts.concat());
+            for _ in 0..rng.random_range(0..3) {
+                let i = rng.random_range(0..b.len());
+                match rng.random_range(0..3) {
+                    0 => b[i] = rng.random(),
+                    1 => b.insert(i, rng.random()),
+                    _ => {
+                        b.remove(i);
+                    }
+                }
+            }
+            if let Ok(n) = validate(Signal::Metrics, &b) {
+                assert_eq!(Some(n), prost_count(Signal::Metrics, &b), "count differs from prost's on {b:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 1000, "only {checked} inputs were valid");
+    }
+
     #[test]
     fn attribute_count_is_limited() {
         let kv = |i: usize| KeyValue {
@@ -656,8 +795,9 @@ mod tests {
                 }
                 let ours = validate(signal, &b);
                 let theirs = prost_ok(signal, &b);
-                if ours.is_ok() {
+                if let Ok(n) = ours {
                     assert!(theirs, "{signal}: validator accepted what prost rejects: {b:?}");
+                    assert_eq!(Some(n), prost_count(signal, &b), "{signal}: count differs from prost's on {b:?}");
                 }
                 if theirs {
                     assert!(

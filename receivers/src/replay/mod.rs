@@ -33,6 +33,7 @@ mod input;
 mod position;
 mod read;
 mod time;
+pub(crate) use read::{caught, check_rows, ipc_reader, next_batch, parquet_builder};
 pub(crate) use time::{batch_first, batch_min};
 
 /// Decodes one line of the otelcol file exporter format (OTLP/JSON, one export request per line).

@@ -3,7 +3,10 @@
 //! The reader sends [`Event`]s in file order through a small bounded channel; it stops when
 //! the channel closes (the receiver stopped). Bad input never stops it: an unreadable file,
 //! a corrupt batch or a bad JSON line is logged with its file and row or line and sent as
-//! [`Event::Bad`], and reading goes on with the next batch, line or file.
+//! [`Event::Bad`], and reading goes on with the next batch, line or file. Arrow IPC and
+//! Parquet footers are checked against the file size before arrow or parquet reads them, a
+//! batch claiming more rows than the file's bytes can hold is refused, and a panic inside
+//! those readers (they panic on some corrupt files) makes the file a bad one.
 
 use super::input::{Format, InputFile};
 use super::time;
@@ -17,10 +20,12 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::file::reader::ChunkReader;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::mpsc;
@@ -148,21 +153,131 @@ impl<R: Seek> Seek for Counting<R> {
 /// The batches of an Arrow IPC input, stream or file.
 type Batches = Box<dyn Iterator<Item = Result<RecordBatch, arrow_schema::ArrowError>>>;
 
+/// Runs a call into arrow or parquet, turning a panic (their readers panic on some corrupt
+/// inputs) into an error.
+pub(crate) fn caught<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown".into());
+        format!("corrupt input (reader panicked: {msg})")
+    })
+}
+
+/// The next batch of `batches`, a panic of the reader counting as an error.
+pub(crate) fn next_batch(batches: &mut Batches) -> Option<Result<RecordBatch, String>> {
+    match caught(|| batches.next()) {
+        Ok(b) => b.map(|r| r.map_err(|e| e.to_string())),
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// Refuses a batch that claims more rows than an input of `size` bytes can hold (every row
+/// has at least its time, 8 bytes; a bit per row is the loosest bound for any column).
+pub(crate) fn check_rows(rows: usize, size: u64) -> Result<(), String> {
+    if rows as u64 > size.saturating_mul(8) {
+        return Err(format!("a batch claims {rows} rows, more than {size} bytes can hold"));
+    }
+    Ok(())
+}
+
+/// Checks an Arrow IPC file's footer against its size before arrow reads it: the footer
+/// length, and the offset and lengths of every block it lists (arrow-ipc allocates these
+/// lengths before reading and unwraps negative ones).
+fn check_ipc_footer<R: Read + Seek>(r: &mut R, size: u64) -> Result<(), String> {
+    // "ARROW1", 2 bytes of padding, the blocks, the footer, its length (4 bytes), "ARROW1".
+    const HEAD: u64 = 8;
+    const TAIL: u64 = 10;
+    if size < HEAD + TAIL {
+        return Err(format!("{size} bytes is too short for an Arrow IPC file"));
+    }
+    let mut tail = [0u8; TAIL as usize];
+    r.seek(SeekFrom::Start(size - TAIL)).map_err(|e| e.to_string())?;
+    r.read_exact(&mut tail).map_err(|e| e.to_string())?;
+    if &tail[4..] != b"ARROW1" {
+        return Err("no ARROW1 magic at the end of the file".into());
+    }
+    let len = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+    let room = size - HEAD - TAIL;
+    let len = u64::try_from(len)
+        .ok()
+        .filter(|l| *l <= room)
+        .ok_or_else(|| format!("footer length {len} does not fit in a file of {size} bytes"))?;
+    let mut footer = vec![0u8; len as usize];
+    r.seek(SeekFrom::Start(size - TAIL - len)).map_err(|e| e.to_string())?;
+    r.read_exact(&mut footer).map_err(|e| e.to_string())?;
+    let footer = arrow_ipc::root_as_footer(&footer).map_err(|e| format!("invalid footer: {e}"))?;
+    let end = size - TAIL - len;
+    let blocks = footer.recordBatches().into_iter().flatten().chain(footer.dictionaries().into_iter().flatten());
+    for b in blocks {
+        let fits = u64::try_from(b.offset()).ok().and_then(|o| {
+            let meta = u64::try_from(b.metaDataLength()).ok()?;
+            let body = u64::try_from(b.bodyLength()).ok()?;
+            o.checked_add(meta)?.checked_add(body).filter(|e| *e <= end)
+        });
+        if fits.is_none() {
+            return Err(format!(
+                "a block (offset {}, metadata {}, body {} bytes) lies outside the file",
+                b.offset(),
+                b.metaDataLength(),
+                b.bodyLength()
+            ));
+        }
+    }
+    r.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Opens an Arrow IPC input of `size` bytes, file or stream (told apart by the `ARROW1`
+/// magic): its schema and its batches. A file's footer is checked first and a panic of the
+/// reader is an error.
+pub(crate) fn ipc_reader<R: Read + Seek + 'static>(
+    mut r: R,
+    size: u64,
+) -> Result<(arrow_schema::SchemaRef, Batches), String> {
+    let mut magic = [0u8; 6];
+    let is_file = r.read_exact(&mut magic).is_ok() && &magic == b"ARROW1";
+    r.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    if is_file {
+        check_ipc_footer(&mut r, size)?;
+        let f = caught(|| FileReader::try_new(r, None))?.map_err(|e| e.to_string())?;
+        Ok((f.schema(), Box::new(f)))
+    } else {
+        let s = caught(|| StreamReader::try_new(r, None))?.map_err(|e| e.to_string())?;
+        Ok((s.schema(), Box::new(s)))
+    }
+}
+
 /// Opens an Arrow IPC input: its schema, its batches and a counter of bytes read.
 fn open_ipc(path: &std::path::Path) -> Result<(arrow_schema::SchemaRef, Batches, Arc<AtomicU64>), String> {
-    let mut file = File::open(path).map_err(|e| e.to_string())?;
-    let mut magic = [0u8; 6];
-    let is_file = file.read_exact(&mut magic).is_ok() && &magic == b"ARROW1";
-    file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    let file = File::open(path).map_err(|e| e.to_string())?;
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
     let pos = Arc::new(AtomicU64::new(0));
     let counting = Counting { inner: BufReader::with_capacity(BUF, file), pos: pos.clone() };
-    if is_file {
-        let r = FileReader::try_new(counting, None).map_err(|e| e.to_string())?;
-        Ok((r.schema(), Box::new(r), pos))
-    } else {
-        let r = StreamReader::try_new(counting, None).map_err(|e| e.to_string())?;
-        Ok((r.schema(), Box::new(r), pos))
+    let (schema, batches) = ipc_reader(counting, size)?;
+    Ok((schema, batches, pos))
+}
+
+/// A Parquet reader builder for `input`, its footer checked against its size first (the
+/// metadata length must fit) and a panic of the reader an error.
+pub(crate) fn parquet_builder<T: ChunkReader + 'static>(
+    input: T,
+) -> Result<ParquetRecordBatchReaderBuilder<T>, String> {
+    let size = input.len();
+    if size < 12 {
+        return Err(format!("{size} bytes is too short for a Parquet file"));
     }
+    let tail = input.get_bytes(size - 8, 8).map_err(|e| e.to_string())?;
+    if &tail[4..] != b"PAR1" {
+        return Err("no PAR1 magic at the end of the file".into());
+    }
+    let len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    if len > size - 12 {
+        return Err(format!("metadata length {len} does not fit in a file of {size} bytes"));
+    }
+    caught(|| ParquetRecordBatchReaderBuilder::try_new(input))?.map_err(|e| e.to_string())
 }
 
 /// The event time of a file's first row or line, for ordering; `None` when it has none or
@@ -171,19 +286,27 @@ pub(crate) fn first_time(f: &InputFile) -> Option<u64> {
     match f.format {
         Format::Parquet => {
             let file = File::open(&f.path).ok()?;
-            let b = ParquetRecordBatchReaderBuilder::try_new(file).ok()?;
-            let mask = ProjectionMask::columns(b.parquet_schema(), [schema::TIME]);
-            let mut r = b.with_projection(mask).with_batch_size(1).with_limit(1).build().ok()?;
-            r.next()?.ok().as_ref().and_then(time::batch_first)
+            let b = parquet_builder(file).ok()?;
+            caught(move || {
+                let mask = ProjectionMask::columns(b.parquet_schema(), [schema::TIME]);
+                let mut r = b.with_projection(mask).with_batch_size(1).with_limit(1).build().ok()?;
+                r.next()?.ok().as_ref().and_then(time::batch_first)
+            })
+            .ok()
+            .flatten()
         }
         Format::ArrowIpc => {
-            let (_, batches, _) = open_ipc(&f.path).ok()?;
-            batches
-                .take(FIRST_TIME_PROBES)
-                .filter_map(Result::ok)
-                .find(|b| b.num_rows() > 0)
-                .as_ref()
-                .and_then(time::batch_first)
+            let (_, mut batches, _) = open_ipc(&f.path).ok()?;
+            for _ in 0..FIRST_TIME_PROBES {
+                let Ok(b) = next_batch(&mut batches)? else { return None };
+                if check_rows(b.num_rows(), f.size).is_err() {
+                    return None;
+                }
+                if b.num_rows() > 0 {
+                    return caught(|| time::batch_first(&b)).ok().flatten();
+                }
+            }
+            None
         }
         Format::JsonLines => {
             let mut r = BufReader::with_capacity(BUF, File::open(&f.path).ok()?);
@@ -279,9 +402,10 @@ impl Reader {
     fn batch(&self, file: usize, start: u64, bytes_done: u64, batch: RecordBatch) -> Result<(), Stopped> {
         let n = batch.num_rows() as u64;
         let end = start + n;
-        match batch_to_payload(&batch) {
-            Ok(payload) => {
-                let min_time = time::batch_min(&batch);
+        let made = caught(|| batch_to_payload(&batch).map(|p| (p, time::batch_min(&batch))))
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        match made {
+            Ok((payload, min_time)) => {
                 let chunk = Chunk { file, end, bytes_done, min_time, payload, source: Source::Batch(batch) };
                 self.send(Event::Chunk(chunk))
             }
@@ -294,7 +418,7 @@ impl Reader {
             Ok(file) => file,
             Err(e) => return self.bad(i, None, 1, e.to_string()),
         };
-        let builder = match ParquetRecordBatchReaderBuilder::try_new(file) {
+        let builder = match parquet_builder(file) {
             Ok(b) => b,
             Err(e) => return self.bad(i, None, 1, format!("not a readable parquet file: {e}")),
         };
@@ -306,12 +430,18 @@ impl Reader {
         // Batches come without the schema metadata that tells their signal: put it back.
         let file_schema = builder.schema().clone();
         let offset_rows = usize::try_from(offset).unwrap_or(usize::MAX);
-        let reader = match builder.with_batch_size(self.batch_size).with_offset(offset_rows).build() {
+        let built = caught(|| builder.with_batch_size(self.batch_size).with_offset(offset_rows).build());
+        let mut reader = match built.and_then(|r| r.map_err(|e| e.to_string())) {
             Ok(r) => r,
-            Err(e) => return self.bad(i, None, total.saturating_sub(offset).max(1), e.to_string()),
+            Err(e) => return self.bad(i, None, total.saturating_sub(offset).max(1), e),
         };
         let mut row = offset;
-        for batch in reader {
+        loop {
+            let batch = match caught(|| reader.next()) {
+                Ok(None) => break,
+                Ok(Some(b)) => b.map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
             match batch {
                 Ok(b) => {
                     let b = if b.schema_ref().metadata().is_empty() {
@@ -334,7 +464,7 @@ impl Reader {
     }
 
     fn ipc(&self, i: usize, f: &InputFile, offset: u64) -> Result<(), Stopped> {
-        let (schema_ref, batches, pos) = match open_ipc(&f.path) {
+        let (schema_ref, mut batches, pos) = match open_ipc(&f.path) {
             Ok(x) => x,
             Err(e) => return self.bad(i, None, 1, format!("not a readable Arrow IPC file: {e}")),
         };
@@ -343,8 +473,8 @@ impl Reader {
             return self.bad(i, None, 1, msg);
         }
         let mut row = 0u64;
-        for batch in batches {
-            let b = match batch {
+        while let Some(batch) = next_batch(&mut batches) {
+            let b = match batch.and_then(|b| check_rows(b.num_rows(), f.size).map(|()| b)) {
                 Ok(b) => b,
                 Err(e) => return self.bad(i, None, 1, format!("after row {row}: {e}")),
             };
