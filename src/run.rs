@@ -137,7 +137,7 @@ pub(crate) async fn start_self_metrics(cfg: &Config) -> anyhow::Result<(Arc<Tele
     if let Some(addr) = &cfg.service.telemetry.metrics_address {
         let local = telemetry
             .clone()
-            .serve(addr, stop_telemetry.clone())
+            .serve(addr, cfg.service.telemetry.metrics_tls.as_ref(), stop_telemetry.clone())
             .await
             .with_context(|| format!("cannot serve self-metrics on {addr}"))?;
         tracing::info!(address = %local, "self-metrics on http://{local}/metrics");

@@ -479,6 +479,7 @@ impl Telemetry {
     pub async fn serve(
         self: Arc<Self>,
         addr: &str,
+        tls: Option<&crate::tls::server::TlsServerSettings>,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> std::io::Result<std::net::SocketAddr> {
         use axum::http::header::CONTENT_TYPE;
@@ -499,7 +500,7 @@ impl Telemetry {
         // The hardened serve loop (connection cap, header and idle timeouts) of every listener.
         let limits = crate::server::Limits::new(crate::server::Role::Auxiliary);
         let listener =
-            crate::server::Listener::from_tcp("telemetry", listener, None, limits, self.listener("telemetry"))
+            crate::server::Listener::from_tcp("telemetry", listener, tls, limits, self.listener("telemetry"))
                 .map_err(std::io::Error::other)?;
         tokio::spawn(crate::server::serve(listener, app, shutdown));
         Ok(local)

@@ -345,3 +345,31 @@ def _metric_names(sink) -> set[str]:
             for sm in rm.scope_metrics:
                 out.update(m.name for m in sm.metrics)
     return out
+
+
+def test_health_check_and_self_metrics_over_tls(agents, grpc_sink, tmp_path):
+    """The control endpoints take `tls` too: health_check (confighttp) and the self-metrics
+    reader (`readers[].pull.exporter.prometheus.tls`)."""
+    pki = make_ca(tmp_path / "pki")
+    crt, key = pki.issue("server")
+    tls = {"cert_file": str(crt), "key_file": str(key)}
+    sink = grpc_sink()
+    cfg, ports = make_config({"otlp/sink": otlp_exporter(sink.endpoint)}, signals=("traces",))
+    cfg["extensions"]["health_check"]["tls"] = tls
+    cfg["service"]["telemetry"] = {"metrics": {"readers": [{"pull": {"exporter": {"prometheus": {
+        "host": "127.0.0.1", "port": ports.metrics, "tls": tls}}}}]}}
+    a = agents("agent", cfg, ports, start=False)
+    a.start(wait=False)
+    deadline = time.monotonic() + 20
+    health = None
+    while time.monotonic() < deadline and health is None:
+        try:
+            health = requests.get(f"https://127.0.0.1:{ports.health}/", verify=str(pki.ca), timeout=2)
+        except requests.RequestException:
+            time.sleep(0.1)  # polling interval: the agent is starting
+    assert health is not None and health.status_code == 200, a.log()[-2000:]
+    m = requests.get(f"https://127.0.0.1:{ports.metrics}/metrics", verify=str(pki.ca), timeout=5)
+    assert m.status_code == 200 and "otelcol_receiver_accepted_spans" in m.text
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.get(f"http://127.0.0.1:{ports.metrics}/metrics", timeout=5)
+    a.stop()

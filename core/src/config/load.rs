@@ -117,7 +117,7 @@ fn merge(base: &mut Node, over: Node) {
 
 /// Reads a merged tree into a [`Config`].
 fn build(root: &Node) -> Result<Config, Vec<ConfigError>> {
-    let mut b = Build { errors: Vec::new() };
+    let mut b = Build { errors: Vec::new(), metrics_tls: None };
     let mut cfg = Config {
         receivers: BTreeMap::new(),
         processors: BTreeMap::new(),
@@ -157,6 +157,8 @@ fn build(root: &Node) -> Result<Config, Vec<ConfigError>> {
 /// Error collection while reading the tree.
 struct Build {
     errors: Vec<ConfigError>,
+    /// TLS of the self-metrics reader, while `service.telemetry` is read.
+    metrics_tls: Option<crate::tls::server::TlsServerSettings>,
 }
 
 impl Build {
@@ -363,6 +365,7 @@ impl Build {
         }
         let default = t.metrics_address.take();
         t.metrics_address = if disabled { None } else { from_readers.or(address).or(default) };
+        t.metrics_tls = self.metrics_tls.take();
         t
     }
 
@@ -398,6 +401,10 @@ impl Build {
                         Some(p) if p.parse::<u16>().is_ok() => port = p.to_string(),
                         Some(p) => self.err(&v.location, fkey, format!("invalid port {p:?}")),
                         None => {}
+                    },
+                    "tls" => match serde_json::from_value::<crate::tls::server::TlsServerSettings>(v.to_json()) {
+                        Ok(tls) => self.metrics_tls = Some(tls),
+                        Err(e) => self.err(&v.location, fkey, e.to_string()),
                     },
                     _ => {} // the exporter's other options do not apply here
                 }

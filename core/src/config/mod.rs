@@ -116,13 +116,16 @@ pub struct PipelineConfig {
 pub struct TelemetryConfig {
     /// Address of the self-metrics endpoint; `None` when `level: none`.
     pub metrics_address: Option<String>,
+    /// TLS of the self-metrics endpoint (`readers[].pull.exporter.prometheus.tls`, an inferwatch
+    /// addition: otelcol's pull reader has no TLS).
+    pub metrics_tls: Option<crate::tls::server::TlsServerSettings>,
     /// Log level from `service.telemetry.logs.level`, if set.
     pub logs_level: Option<String>,
 }
 
 impl Default for TelemetryConfig {
     fn default() -> Self {
-        TelemetryConfig { metrics_address: Some("127.0.0.1:8888".into()), logs_level: None }
+        TelemetryConfig { metrics_address: Some("127.0.0.1:8888".into()), metrics_tls: None, logs_level: None }
     }
 }
 
