@@ -165,6 +165,14 @@ pub async fn bind_tcp(endpoint: &HostPort) -> Result<TcpListener, String> {
     })
 }
 
+/// The TLS acceptor of a listener's settings (certificates loaded now, reloaded as configured).
+fn acceptor(tls: Option<&TlsServerSettings>) -> Result<Option<TlsAcceptor>, ListenError> {
+    Ok(match tls {
+        Some(s) => Some(TlsAcceptor::from(Arc::new(crate::tls::server::server_config(s)?))),
+        None => None,
+    })
+}
+
 impl Listener {
     /// Binds `endpoint` and loads the TLS settings; `name` labels logs and metrics.
     pub async fn bind(
@@ -175,10 +183,7 @@ impl Listener {
         metrics: ListenerMetrics,
     ) -> Result<Listener, ListenError> {
         // TLS first: a bad certificate must not leave a bound port behind.
-        let tls = match tls {
-            Some(s) => Some(TlsAcceptor::from(Arc::new(crate::tls::server::server_config(s)?))),
-            None => None,
-        };
+        let tls = acceptor(tls)?;
         let tcp = bind_tcp(endpoint).await.map_err(ListenError::Bind)?;
         Ok(Listener { tcp, tls, limits, metrics, name: name.to_string() })
     }
@@ -191,10 +196,7 @@ impl Listener {
         limits: Limits,
         metrics: ListenerMetrics,
     ) -> Result<Listener, ListenError> {
-        let tls = match tls {
-            Some(s) => Some(TlsAcceptor::from(Arc::new(crate::tls::server::server_config(s)?))),
-            None => None,
-        };
+        let tls = acceptor(tls)?;
         Ok(Listener { tcp, tls, limits, metrics, name: name.to_string() })
     }
 
