@@ -163,6 +163,10 @@ ensure_alertmanager() {
     fi
 }
 
+# On a clean clone (CI) incremental compilation only costs time and gigabytes of disk.
+if [[ "${CI:-}" == "true" && -z "${CARGO_INCREMENTAL:-}" ]]; then
+    export CARGO_INCREMENTAL=0
+fi
 if [[ $QUICK -eq 0 ]]; then
     step "cargo fmt --check" cargo fmt --all -- --check
     step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
@@ -177,9 +181,14 @@ fi
 if [[ $E2E -eq 1 ]]; then
     step "promtool" ensure_promtool
     step "alertmanager" ensure_alertmanager
-    # The dev profile is opt-level 1 (Cargo.toml): `cargo test` above already built this binary,
-    # so this step only links it when --e2e-only skipped the unit tests. The shipped binary is --release.
-    step "cargo build --bin inferwatch" cargo build --bin inferwatch
+    # The dev profile is opt-level 1 (Cargo.toml). `cargo test --workspace` above already built
+    # target/debug/inferwatch (the root package's integration tests need it), with the features
+    # the whole workspace unifies to; `cargo build --bin inferwatch` unifies fewer features and
+    # would compile a second copy of tokio, tonic, hyper and the rest, so it runs only when the
+    # unit tests were skipped. The shipped binary is --release.
+    if [[ $CARGO_TESTS -eq 0 || ! -x "${CARGO_TARGET_DIR:-$ROOT/target}/debug/inferwatch" ]]; then
+        step "cargo build --bin inferwatch" cargo build --bin inferwatch
+    fi
     export INFERWATCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/inferwatch"
     PYTEST_FLAGS=(-v --durations=10)
     [[ ${#PYTEST_ARGS[@]} -gt 0 ]] && PYTEST_FLAGS+=("${PYTEST_ARGS[@]}")
