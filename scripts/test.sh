@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command: formatting, lints, unit tests, an optimised build, and the
+# The project's test command: formatting, lints, unit tests and the
 # end-to-end suite (tests/e2e, pytest against target/debug/inferwatch, the binary `cargo test` built).
 #
 #   ./scripts/test.sh              everything
@@ -8,7 +8,8 @@
 #   ./scripts/test.sh --no-e2e     skip the e2e suite
 #   ./scripts/test.sh -- ARGS      pass ARGS to pytest (e.g. -- -k roundtrip -x)
 #
-# Environment: INFERWATCH_SLOW=1 also runs the slow / soak e2e tests; PYTHON picks the
+# Environment: INFERWATCH_SLOW=1 also runs the slow / soak e2e tests; INFERWATCH_E2E_WORKERS
+# sets the pytest workers (default 3, 0 = one process); PYTHON picks the
 # interpreter for the venv (default python3). Idempotent: the venv at .venv is reused and pip
 # runs only when tests/e2e/requirements.txt changed.
 set -euo pipefail
@@ -26,7 +27,7 @@ while [[ $# -gt 0 ]]; do
         --e2e-only) QUICK=1; CARGO_TESTS=0 ;;
         --no-e2e) E2E=0 ;;
         --) shift; PYTEST_ARGS+=("$@"); break ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown option: $1 (see --help)" >&2; exit 64 ;;
     esac
     shift
@@ -111,6 +112,24 @@ ensure_venv() {
     fi
 }
 
+ensure_checkov() {
+    # checkov (the Kubernetes manifest checks of tests/e2e/test_kubernetes.py) pins packaging<24,
+    # which pytest 9 cannot use: it gets a venv of its own, .venv/checkov, installed once.
+    local want="checkov==3.3.30" cv="$VENV/checkov"
+    if [[ -x "$cv/bin/checkov" && "$(cat "$cv/.installed" 2>/dev/null)" == "$want" ]]; then
+        echo "checkov present ($cv/bin/checkov)"
+        return 0
+    fi
+    rm -rf "$cv"
+    "$PYTHON" -m venv "$cv"
+    if "$cv/bin/python" -m pip install --quiet --disable-pip-version-check "$want"; then
+        echo "$want" > "$cv/.installed"
+        echo "checkov installed ($cv/bin/checkov)"
+    else
+        missing_package "could not install $want into $cv"
+    fi
+}
+
 ensure_promtool() {
     # promtool (Debian package `prometheus`) for the /metrics lint test of the simulator, and the
     # prometheus server itself for the prometheus / prometheusremotewrite exporter tests; the
@@ -181,6 +200,7 @@ fi
 if [[ $E2E -eq 1 ]]; then
     step "promtool" ensure_promtool
     step "alertmanager" ensure_alertmanager
+    step "checkov" ensure_checkov
     # The dev profile is opt-level 1 (Cargo.toml). `cargo test --workspace` above already built
     # target/debug/inferwatch (the root package's integration tests need it), with the features
     # the whole workspace unifies to; `cargo build --bin inferwatch` unifies fewer features and
@@ -190,7 +210,12 @@ if [[ $E2E -eq 1 ]]; then
         step "cargo build --bin inferwatch" cargo build --bin inferwatch
     fi
     export INFERWATCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/inferwatch"
+    # The e2e tests mostly wait on agents, simulators and sinks: three pytest workers (xdist)
+    # overlap that waiting (the longest test alone takes ~7 minutes). INFERWATCH_E2E_WORKERS=0
+    # runs them in one process.
+    WORKERS=${INFERWATCH_E2E_WORKERS:-3}
     PYTEST_FLAGS=(-v --durations=10)
+    [[ "$WORKERS" != "0" ]] && PYTEST_FLAGS+=(-n "$WORKERS")
     [[ ${#PYTEST_ARGS[@]} -gt 0 ]] && PYTEST_FLAGS+=("${PYTEST_ARGS[@]}")
     step "pytest tests/e2e" "$VENV/bin/python" -m pytest tests/e2e "${PYTEST_FLAGS[@]}"
 fi

@@ -22,6 +22,8 @@ pub enum Command {
     Run(ConfigArgs),
     /// Check a configuration and list every error (exit 0 when valid, 2 otherwise).
     Validate(ConfigArgs),
+    /// Print the merged, env-substituted configuration (files, then --set) with secrets redacted.
+    PrintConfig(PrintConfigArgs),
     /// Replay recordings (Parquet, Arrow IPC, OTLP/JSON lines) through the pipelines, then exit.
     Replay(crate::replay::ReplayArgs),
     /// List every component type with the signals it takes.
@@ -40,7 +42,7 @@ pub enum Command {
 
 impl Default for Command {
     fn default() -> Self {
-        Command::Run(ConfigArgs { config: vec![PathBuf::from("pipeline.yaml")] })
+        Command::Run(ConfigArgs { config: vec![PathBuf::from("pipeline.yaml")], set: Vec::new() })
     }
 }
 
@@ -50,6 +52,72 @@ pub struct ConfigArgs {
     /// Configuration file; repeat to merge later files over earlier ones.
     #[arg(long, short = 'c', default_value = "pipeline.yaml")]
     pub config: Vec<PathBuf>,
+    /// Override one setting over the files, as otelcol's --set: KEY=VALUE, the key's map keys
+    /// joined by `::` (or `.`), the value YAML, e.g. --set=processors::batch::timeout=2s; repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+/// Options of `print-config`.
+#[derive(Debug, Args)]
+pub struct PrintConfigArgs {
+    /// The configuration files and overrides.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// `redacted` (default) replaces secrets with [REDACTED]; `unredacted` prints them.
+    #[arg(long, value_enum, default_value_t = PrintMode::Redacted)]
+    pub mode: PrintMode,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = PrintFormat::Yaml)]
+    pub format: PrintFormat,
+}
+
+/// Whether `print-config` hides secrets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrintMode {
+    /// Secrets replaced with [REDACTED].
+    Redacted,
+    /// Secrets shown.
+    Unredacted,
+}
+
+/// `print-config`'s output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrintFormat {
+    /// Block-style YAML that loads back to the same configuration.
+    Yaml,
+    /// JSON (also valid YAML).
+    Json,
+}
+
+/// `inferwatch print-config`: the merged tree, printed even when it does not validate (the
+/// problems go to stderr and the exit code is 2); a file that does not parse prints nothing.
+pub fn print_config(args: &PrintConfigArgs) -> std::process::ExitCode {
+    use inferwatch_core::config;
+    let loaded = config::load_all(&args.config.config, &args.config.set, &|k| std::env::var(k).ok());
+    let Some(mut tree) = loaded.tree else {
+        crate::run::report(&loaded.errors);
+        return std::process::ExitCode::from(2);
+    };
+    if args.mode == PrintMode::Redacted {
+        config::redact(&mut tree);
+    }
+    match args.format {
+        PrintFormat::Yaml => print!("{}", config::to_yaml(&tree)),
+        PrintFormat::Json => match serde_json::to_string_pretty(&tree.to_json()) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+    }
+    if loaded.errors.is_empty() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        crate::run::report(&loaded.errors);
+        std::process::ExitCode::from(2)
+    }
 }
 
 /// Sets up `tracing` output on stderr.

@@ -25,13 +25,14 @@ fn main() -> ExitCode {
     let level = cli.log_level;
     match cli.command.unwrap_or_default() {
         // `run` sets up logging once the configuration (service.telemetry.logs.level) is read.
-        cli::Command::Run(args) => run::run(&args.config, level.as_deref()),
+        cli::Command::Run(args) => run::run(&args.config, &args.set, level.as_deref()),
         // `replay` sets up logging once the configuration is read, as `run` does.
         cli::Command::Replay(args) => replay::run(&args, level.as_deref()),
         cli::Command::Validate(args) => {
             cli::init_logging(level.as_deref());
-            run::validate(&args.config)
+            run::validate(&args.config, &args.set)
         }
+        cli::Command::PrintConfig(args) => cli::print_config(&args),
         cli::Command::Sim(args) => {
             cli::init_logging(level.as_deref());
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

@@ -16,11 +16,14 @@ const EXIT_CONFIG: u8 = 2;
 /// `service.shutdown_timeout`, or a final checkpoint that failed.
 const EXIT_SHUTDOWN_LOSS: u8 = 3;
 
-/// Loads and validates; prints every error.
+/// Loads and validates; returns every error.
 pub(crate) fn load_checked(paths: &[PathBuf]) -> Result<Config, Vec<ConfigError>> {
-    let cfg = config::load(paths)?;
-    let errors = config::validate(&cfg, &registry());
-    if errors.is_empty() { Ok(cfg) } else { Err(errors) }
+    load_checked_with(paths, &[])
+}
+
+/// Loads with the `--set` overrides and validates; returns every error, structural and per component.
+pub(crate) fn load_checked_with(paths: &[PathBuf], sets: &[String]) -> Result<Config, Vec<ConfigError>> {
+    config::check(paths, sets, &|k| std::env::var(k).ok(), &registry())
 }
 
 /// Prints configuration errors on stderr.
@@ -37,8 +40,8 @@ pub(crate) fn warnings(cfg: &Config) -> Vec<ConfigError> {
 }
 
 /// `inferwatch validate`.
-pub fn validate(paths: &[PathBuf]) -> ExitCode {
-    match load_checked(paths) {
+pub fn validate(paths: &[PathBuf], sets: &[String]) -> ExitCode {
+    match load_checked_with(paths, sets) {
         Ok(cfg) => {
             // Warnings do not make the configuration invalid: the exit code stays 0.
             for w in warnings(&cfg) {
@@ -73,8 +76,8 @@ pub fn print_components() {
 }
 
 /// `inferwatch run`.
-pub fn run(paths: &[PathBuf], log_level: Option<&str>) -> ExitCode {
-    let cfg = match load_checked(paths) {
+pub fn run(paths: &[PathBuf], sets: &[String], log_level: Option<&str>) -> ExitCode {
+    let cfg = match load_checked_with(paths, sets) {
         Ok(c) => c,
         Err(errors) => {
             report(&errors);

@@ -125,4 +125,27 @@ impl ClientInfo {
     pub fn metadata_values(&self, key: &str) -> Vec<String> {
         self.metadata.get_all(key).iter().filter_map(|v| v.to_str().ok().map(str::to_string)).collect()
     }
+
+    /// The batching partition of `client` by `keys` (the values of each key, in order) and the
+    /// client a batch of that partition is sent as (those keys' metadata only); no keys: one
+    /// partition, sent without a client, as otelcol's batchers do.
+    pub fn partition(keys: &[String], client: Option<&ClientInfo>) -> (Vec<Vec<String>>, Option<Arc<ClientInfo>>) {
+        if keys.is_empty() {
+            return (Vec::new(), None);
+        }
+        let mut metadata = http::HeaderMap::new();
+        let mut key = Vec::with_capacity(keys.len());
+        for k in keys {
+            let values = client.map(|c| c.metadata_values(&k.to_ascii_lowercase())).unwrap_or_default();
+            if let Ok(name) = http::HeaderName::try_from(k.to_ascii_lowercase()) {
+                for v in &values {
+                    if let Ok(v) = http::HeaderValue::from_str(v) {
+                        metadata.append(name.clone(), v);
+                    }
+                }
+            }
+            key.push(values);
+        }
+        (key, Some(Arc::new(ClientInfo { metadata, ..Default::default() })))
+    }
 }

@@ -10,8 +10,8 @@ use crate::component::{ComponentError, CreateContext, FieldError, Node};
 use crate::consumer::{ConsumeError, Consumer, RefuseReason};
 use crate::extension::file_storage::FileStorage;
 use crate::pdata::{Payload, Signal};
-use crate::queue::{DiskSettings, EnqueueError, Queue};
-use crate::settings::{QueueSettings, RetrySettings};
+use crate::queue::{DiskSettings, EnqueueError, Job, Queue, units};
+use crate::settings::{QueueBatchSettings, QueueSettings, RetrySettings};
 use crate::telemetry::ExporterMetrics;
 use async_trait::async_trait;
 use rand::Rng;
@@ -345,29 +345,16 @@ impl Node for QueuedExporter {
         for _ in 0..self.settings.num_consumers.max(1) {
             let queue = queue.clone();
             let shared = self.shared.clone();
+            let batch = self.settings.batch.clone();
             workers.spawn(async move {
-                while let Some(mut job) = queue.pop().await {
-                    let n = job.payload.item_count() as u64;
-                    let data = std::mem::replace(&mut job.payload, Payload::empty(shared.signal));
-                    // A bug in a sender must not kill the worker (and strand the queue).
-                    let send = shared.deliver(data, true);
-                    let run = std::panic::AssertUnwindSafe(async {
-                        match job.client.clone() {
-                            Some(c) => ClientInfo::scope(c, send).await,
-                            None => send.await,
+                match &batch {
+                    None => {
+                        while let Some(job) = queue.pop().await {
+                            let scope = job.client.clone();
+                            send_jobs(&shared, &queue, vec![job], 0, scope).await;
                         }
-                    });
-                    match futures::FutureExt::catch_unwind(run).await {
-                        // Errors are counted and logged inside deliver.
-                        Err(_) => {
-                            shared.metrics.send_failed.inc_by(n);
-                            tracing::error!(exporter = %shared.name, signal = %shared.signal, items = n,
-                                "the sender panicked; data dropped");
-                            queue.complete(job);
-                        }
-                        Ok(Err(ConsumeError::Refused { reason: RefuseReason::ShuttingDown, .. })) => queue.abandon(job),
-                        Ok(_) => queue.complete(job),
                     }
+                    Some(b) => batch_loop(&shared, &queue, b).await,
                 }
             });
         }
@@ -409,6 +396,134 @@ impl Node for QueuedExporter {
             self.shared.metrics.shutdown_dropped.inc_by(left);
         }
         self.shared.metrics.shutdown_dropped.get() - before
+    }
+}
+
+/// Requests of one partition gathered by a worker, waiting for `min_size` or their deadline.
+struct Pending {
+    key: Vec<Vec<String>>,
+    scope: Option<Arc<ClientInfo>>,
+    jobs: Vec<Job>,
+    size: u64,
+    deadline: tokio::time::Instant,
+}
+
+/// What a batching worker got from the queue.
+enum Next {
+    Job(Job),
+    Due,
+    Closed,
+}
+
+/// A worker with `sending_queue.batch`: merges queued requests per partition until a batch
+/// reaches `min_size` or `flush_timeout` passes since its first request, then sends it. What a
+/// worker gathers stays counted in the queue (and on disk) until it is delivered.
+async fn batch_loop(shared: &Shared, queue: &Queue, b: &QueueBatchSettings) {
+    let mut pending: Vec<Pending> = Vec::new();
+    let max = usize::try_from(b.max_size).unwrap_or(usize::MAX);
+    loop {
+        let next_deadline = pending.iter().map(|p| p.deadline).min();
+        let next = match next_deadline {
+            None => queue.pop().await.map_or(Next::Closed, Next::Job),
+            Some(at) => match tokio::time::timeout_at(at, queue.pop()).await {
+                Ok(j) => j.map_or(Next::Closed, Next::Job),
+                Err(_) => Next::Due,
+            },
+        };
+        match next {
+            // Closed and empty: send what was gathered, then stop.
+            Next::Closed => {
+                for p in pending.drain(..) {
+                    send_jobs(shared, queue, p.jobs, max, p.scope).await;
+                }
+                return;
+            }
+            Next::Job(job) => {
+                let (key, scope) = ClientInfo::partition(&b.partition.metadata_keys, job.client.as_deref());
+                let i = match pending.iter().position(|p| p.key == key) {
+                    Some(i) => i,
+                    None => {
+                        let deadline = tokio::time::Instant::now() + b.flush_timeout.0;
+                        pending.push(Pending { key, scope, jobs: Vec::new(), size: 0, deadline });
+                        pending.len() - 1
+                    }
+                };
+                let p = &mut pending[i];
+                p.size += units(b.sizer, &job.payload);
+                p.jobs.push(job);
+                if p.size >= b.min_size {
+                    let p = pending.swap_remove(i);
+                    send_jobs(shared, queue, p.jobs, max, p.scope).await;
+                }
+            }
+            // A flush timeout passed: send every batch that is due.
+            Next::Due => {
+                let now = tokio::time::Instant::now();
+                while let Some(i) = pending.iter().position(|p| p.deadline <= now) {
+                    let p = pending.swap_remove(i);
+                    send_jobs(shared, queue, p.jobs, max, p.scope).await;
+                }
+            }
+        }
+    }
+}
+
+/// Sends the payloads of `jobs` as one request (split into requests of at most `max_items`
+/// items when non-zero) in the client scope `scope`, then completes the jobs; the hard stop
+/// abandons them instead (a persistent queue sends them again at the next start).
+async fn send_jobs(
+    shared: &Shared,
+    queue: &Queue,
+    mut jobs: Vec<Job>,
+    max_items: usize,
+    scope: Option<Arc<ClientInfo>>,
+) {
+    let signal = shared.signal;
+    let mut payloads = jobs.iter_mut().map(|j| std::mem::replace(&mut j.payload, Payload::empty(signal)));
+    let mut data = payloads.next().unwrap_or_else(|| Payload::empty(signal));
+    for p in payloads {
+        if let Err(p) = data.append(p) {
+            // One queue holds one signal, so this cannot happen; say so if it ever does.
+            shared.metrics.send_failed.inc_by(p.item_count() as u64);
+            tracing::error!(exporter = %shared.name, signal = %signal, items = p.item_count(),
+                "a queued request of another signal was dropped");
+        }
+    }
+    let n = data.item_count() as u64;
+    let run = std::panic::AssertUnwindSafe(async {
+        let mut rest = data;
+        loop {
+            let chunk = if max_items > 0 && rest.item_count() > max_items {
+                rest.split_off_front(max_items)
+            } else {
+                std::mem::replace(&mut rest, Payload::empty(signal))
+            };
+            // A bug in a sender must not kill the worker (and strand the queue).
+            let send = shared.deliver(chunk, true);
+            let r = match scope.clone() {
+                Some(c) => ClientInfo::scope(c, send).await,
+                None => send.await,
+            };
+            // Errors are counted and logged inside deliver; a final failure drops only its chunk.
+            if matches!(r, Err(ConsumeError::Refused { reason: RefuseReason::ShuttingDown, .. })) {
+                return r;
+            }
+            if rest.item_count() == 0 {
+                return r;
+            }
+        }
+    });
+    match futures::FutureExt::catch_unwind(run).await {
+        Err(_) => {
+            shared.metrics.send_failed.inc_by(n);
+            tracing::error!(exporter = %shared.name, signal = %shared.signal, items = n,
+                "the sender panicked; data dropped");
+            jobs.into_iter().for_each(|j| queue.complete(j));
+        }
+        Ok(Err(ConsumeError::Refused { reason: RefuseReason::ShuttingDown, .. })) => {
+            jobs.into_iter().for_each(|j| queue.abandon(j))
+        }
+        Ok(_) => jobs.into_iter().for_each(|j| queue.complete(j)),
     }
 }
 
@@ -985,5 +1100,162 @@ mod tests {
         // ...while a refusal to a client still counts its items once.
         assert!(e.consume(spans(7)).await.is_err());
         assert_eq!(m.enqueue_failed.get(), 2007);
+    }
+
+    /// Records each request it is sent: the span names and the tenant header in scope.
+    #[derive(Default)]
+    struct Requests {
+        got: parking_lot::Mutex<Vec<(Vec<usize>, Vec<String>)>>,
+    }
+    #[async_trait]
+    impl Sender for Requests {
+        async fn send(&self, d: &Payload) -> Result<(), SendError> {
+            let tenant = ClientInfo::current().map(|c| c.metadata_values("x-tenant")).unwrap_or_default();
+            self.got.lock().push((names(d), tenant));
+            Ok(())
+        }
+    }
+
+    fn batching(min: u64, max: u64, flush_ms: u64, keys: &[&str]) -> QueueSettings {
+        QueueSettings {
+            batch: Some(crate::settings::QueueBatchSettings {
+                flush_timeout: GoDuration(Duration::from_millis(flush_ms)),
+                min_size: min,
+                max_size: max,
+                sizer: crate::settings::QueueSizer::Items,
+                partition: crate::settings::BatchPartition {
+                    metadata_keys: keys.iter().map(|k| k.to_string()).collect(),
+                },
+            }),
+            ..q(1, 1000)
+        }
+    }
+
+    fn run_of(from: usize, to: usize) -> Payload {
+        let mut p = named(from);
+        for i in from + 1..to {
+            p.append(named(i)).unwrap();
+        }
+        p
+    }
+
+    #[tokio::test]
+    async fn queue_batch_merges_until_min_size_then_flushes_the_rest_on_timeout() {
+        let t = Telemetry::new();
+        let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
+        let sink = Arc::new(Requests::default());
+        let e = QueuedExporter::new(
+            "x".into(),
+            Signal::Traces,
+            sink.clone(),
+            m.clone(),
+            batching(5, 0, 30, &[]),
+            fast_retry(),
+        );
+        for i in 0..12 {
+            e.consume(named(i)).await.unwrap();
+        }
+        e.start().await.unwrap();
+        wait_for("12 sent", || m.sent.get() == 12).await;
+        let got: Vec<Vec<usize>> = sink.got.lock().iter().map(|(n, _)| n.clone()).collect();
+        assert_eq!(got, vec![(0..5).collect::<Vec<_>>(), (5..10).collect(), vec![10, 11]]);
+        assert_eq!(e.shutdown(Instant::now() + Duration::from_secs(2)).await, 0);
+    }
+
+    #[tokio::test]
+    async fn queue_batch_splits_at_max_size_in_order() {
+        let t = Telemetry::new();
+        let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
+        let sink = Arc::new(Requests::default());
+        let e = QueuedExporter::new(
+            "x".into(),
+            Signal::Traces,
+            sink.clone(),
+            m.clone(),
+            batching(4, 4, 1000, &[]),
+            fast_retry(),
+        );
+        e.consume(run_of(0, 10)).await.unwrap();
+        e.start().await.unwrap();
+        wait_for("10 sent", || m.sent.get() == 10).await;
+        let got: Vec<Vec<usize>> = sink.got.lock().iter().map(|(n, _)| n.clone()).collect();
+        assert_eq!(got, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
+        e.shutdown(Instant::now() + Duration::from_secs(2)).await;
+    }
+
+    #[tokio::test]
+    async fn queue_batch_partitions_keep_interleaved_tenants_apart() {
+        let t = Telemetry::new();
+        let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
+        let sink = Arc::new(Requests::default());
+        let e = QueuedExporter::new(
+            "x".into(),
+            Signal::Traces,
+            sink.clone(),
+            m.clone(),
+            batching(3, 0, 5000, &["X-Tenant"]),
+            fast_retry(),
+        );
+        for i in 0..6 {
+            let mut info = ClientInfo::default();
+            info.metadata.insert("x-tenant", if i % 2 == 0 { "a" } else { "b" }.parse().unwrap());
+            ClientInfo::scope(Arc::new(info), e.consume(named(i))).await.unwrap();
+        }
+        e.start().await.unwrap();
+        // Both batches reach min_size (3) long before the 5 s flush timeout.
+        wait_for("6 sent", || m.sent.get() == 6).await;
+        let mut got = sink.got.lock().clone();
+        got.sort();
+        assert_eq!(got, vec![(vec![0, 2, 4], vec!["a".to_string()]), (vec![1, 3, 5], vec!["b".to_string()])]);
+        e.shutdown(Instant::now() + Duration::from_secs(2)).await;
+    }
+
+    #[tokio::test]
+    async fn queue_batch_survives_a_crash_of_what_it_gathered() {
+        // A worker holding a partial batch is killed: the persistent queue still has it.
+        let dir = tmpdir("batch-crash");
+        let d = Disk::new();
+        let sink = Arc::new(Sink::default());
+        let e = d.open(&dir, sink.clone(), batching(100, 0, 60_000, &[]), false).unwrap();
+        e.start().await.unwrap();
+        for i in 0..7 {
+            e.consume(named(i)).await.unwrap();
+        }
+        crash(e).await;
+        assert!(sink.got.lock().is_empty(), "nothing reached min_size or the flush timeout");
+        let sink2 = Arc::new(Sink::default());
+        let e = d.open(&dir, sink2.clone(), batching(100, 0, 20, &[]), false).unwrap();
+        assert_eq!(d.metrics().queue_resumed.get(), 7);
+        e.start().await.unwrap();
+        wait_for("7 delivered", || sink2.got.lock().len() == 7).await;
+        assert_eq!(*sink2.got.lock(), (0..7).collect::<Vec<_>>());
+        assert_eq!(e.shutdown(Instant::now() + Duration::from_secs(2)).await, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn queue_batch_settings_parse_and_check_as_otelcol() {
+        let parse = |v: serde_json::Value| -> QueueSettings { serde_json::from_value(v).unwrap() };
+        let b = parse(serde_json::json!({"batch": {}})).batch.unwrap();
+        assert_eq!((b.flush_timeout.0, b.min_size, b.max_size), (Duration::from_millis(200), 8192, 0));
+        assert_eq!(b.sizer, crate::settings::QueueSizer::Items, "no sizer anywhere: items");
+        let b = parse(serde_json::json!({"sizer": "bytes", "queue_size": 1000000, "batch": {"min_size": 1000}}))
+            .batch
+            .unwrap();
+        assert_eq!(b.sizer, crate::settings::QueueSizer::Bytes, "from the queue's sizer");
+        assert!(parse(serde_json::json!({})).batch.is_none());
+        let bad = |v: serde_json::Value| parse(v).check().unwrap_err().path;
+        let at = |p: &str| FieldError::at(p, "").path;
+        assert_eq!(bad(serde_json::json!({"batch": {"flush_timeout": "0s"}})), at("sending_queue.batch.flush_timeout"));
+        assert_eq!(
+            bad(serde_json::json!({"batch": {"min_size": 10, "max_size": 5}})),
+            at("sending_queue.batch.max_size")
+        );
+        assert_eq!(
+            bad(serde_json::json!({"batch": {"partition": {"metadata_keys": ["a", "A"]}}})),
+            at("sending_queue.batch.partition.metadata_keys")
+        );
+        assert_eq!(bad(serde_json::json!({"enabled": false, "batch": {}})), at("sending_queue.batch"));
+        assert!(serde_json::from_value::<QueueSettings>(serde_json::json!({"batch": {"nope": 1}})).is_err());
     }
 }

@@ -195,8 +195,7 @@ impl<'de> Deserialize<'de> for Endpoint {
 }
 
 /// `sending_queue` settings (otelcol exporterhelper).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QueueSettings {
     /// Whether requests are queued (true) or sent in the caller's task (false).
     pub enabled: bool,
@@ -210,6 +209,8 @@ pub struct QueueSettings {
     pub block_on_overflow: bool,
     /// Id of a `file_storage` extension: the queue is kept on disk there (`None`: in memory).
     pub storage: Option<String>,
+    /// Batching of queued requests before they are sent (`sending_queue.batch`; `None`: off).
+    pub batch: Option<QueueBatchSettings>,
 }
 
 impl Default for QueueSettings {
@@ -221,7 +222,113 @@ impl Default for QueueSettings {
             sizer: QueueSizer::Requests,
             block_on_overflow: false,
             storage: None,
+            batch: None,
         }
+    }
+}
+
+impl QueueSettings {
+    /// Checks `sending_queue` as otelcol does: a queue that is on needs room and workers, and
+    /// its batch settings must be coherent.
+    pub fn check(&self) -> Result<(), crate::component::FieldError> {
+        use crate::component::FieldError;
+        if self.enabled && self.queue_size == 0 {
+            return Err(FieldError::at("sending_queue.queue_size", "queue_size must be positive"));
+        }
+        if self.enabled && self.num_consumers == 0 {
+            return Err(FieldError::at("sending_queue.num_consumers", "num_consumers must be positive"));
+        }
+        let Some(b) = &self.batch else { return Ok(()) };
+        if !self.enabled {
+            return Err(FieldError::at(
+                "sending_queue.batch",
+                "batching happens in the queue: needs sending_queue.enabled: true",
+            ));
+        }
+        if b.flush_timeout.0.is_zero() {
+            return Err(FieldError::at(
+                "sending_queue.batch.flush_timeout",
+                "flush_timeout must be a non-zero duration",
+            ));
+        }
+        if b.max_size != 0 && b.max_size < b.min_size {
+            return Err(FieldError::at(
+                "sending_queue.batch.max_size",
+                format!("max_size ({}) must be 0 (no limit) or at least min_size ({})", b.max_size, b.min_size),
+            ));
+        }
+        if b.max_size != 0 && b.sizer != QueueSizer::Items {
+            return Err(FieldError::at(
+                "sending_queue.batch.max_size",
+                "splitting batches at max_size is supported with sizer: items only",
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for k in &b.partition.metadata_keys {
+            if !seen.insert(k.to_ascii_lowercase()) {
+                return Err(FieldError::at(
+                    "sending_queue.batch.partition.metadata_keys",
+                    format!("duplicate metadata key {k:?} (keys are case-insensitive)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `sending_queue.batch` (otelcol exporterhelper): queued requests are merged until `min_size`
+/// is reached or `flush_timeout` passes since the first of them, and split at `max_size`.
+/// Batching after the (persistent) queue keeps what a client was acknowledged durable, unlike
+/// a `batch` processor in front of the exporter, which holds acknowledged data in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueBatchSettings {
+    /// Send a batch this long after its first request at the latest.
+    pub flush_timeout: GoDuration,
+    /// Send as soon as a batch reaches this size (in units of `sizer`).
+    pub min_size: u64,
+    /// Split batches larger than this (0: no limit; items only).
+    pub max_size: u64,
+    /// What the sizes count; from the queue's `sizer` when not given, `items` when neither is.
+    pub sizer: QueueSizer,
+    /// Batches are kept apart by these client metadata keys.
+    pub partition: BatchPartition,
+}
+
+/// `sending_queue.batch.partition`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchPartition {
+    /// Client metadata keys whose values separate batches (case-insensitive).
+    pub metadata_keys: Vec<String>,
+}
+
+/// `sending_queue.batch` as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct BatchInput {
+    flush_timeout: Option<GoDuration>,
+    min_size: Option<u64>,
+    max_size: Option<u64>,
+    sizer: Option<QueueSizer>,
+    #[serde(default)]
+    partition: BatchPartition,
+}
+
+impl BatchInput {
+    fn resolve(self, queue_sizer: Option<QueueSizer>) -> QueueBatchSettings {
+        QueueBatchSettings {
+            flush_timeout: self.flush_timeout.unwrap_or(GoDuration(Duration::from_millis(200))),
+            min_size: self.min_size.unwrap_or(8192),
+            max_size: self.max_size.unwrap_or(0),
+            sizer: self.sizer.or(queue_sizer).unwrap_or(QueueSizer::Items),
+            partition: self.partition,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for QueueSettings {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        QueueSettings::deserialize_over(d, QueueSettings::default())
     }
 }
 
@@ -248,6 +355,8 @@ struct QueueInput {
     sizer: Option<QueueSizer>,
     block_on_overflow: Option<bool>,
     storage: Option<String>,
+    /// `batch: {}` turns batching on with the defaults.
+    batch: Option<BatchInput>,
 }
 
 impl QueueSettings {
@@ -261,6 +370,10 @@ impl QueueSettings {
             sizer: q.sizer.unwrap_or(defaults.sizer),
             block_on_overflow: q.block_on_overflow.unwrap_or(defaults.block_on_overflow),
             storage: q.storage.or(defaults.storage),
+            batch: match q.batch {
+                Some(b) => Some(b.resolve(q.sizer)),
+                None => defaults.batch,
+            },
         })
     }
 }

@@ -43,7 +43,9 @@ impl PerSignal {
 
 /// The agent's self-telemetry registry.
 pub struct Telemetry {
-    registry: Registry,
+    registry: parking_lot::Mutex<Registry>,
+    /// Counter families components declare for themselves, by name.
+    declared: parking_lot::Mutex<std::collections::HashMap<String, CounterFamily>>,
     receiver_accepted: PerSignal,
     receiver_refused: PerSignal,
     exporter_sent: PerSignal,
@@ -281,7 +283,8 @@ impl Telemetry {
         let process_uptime = Counter::<f64, AtomicU64>::default();
         r.register("otelcol_process_uptime", "Uptime of the process in seconds", process_uptime.clone());
         Telemetry {
-            registry: r,
+            registry: parking_lot::Mutex::new(r),
+            declared: Default::default(),
             receiver_accepted,
             receiver_refused,
             exporter_sent,
@@ -455,6 +458,26 @@ impl Telemetry {
         self.listener.auth_failures.get_or_create(&l).clone()
     }
 
+    /// A counter of the family `name` (OpenMetrics name, without `_total`) that a component
+    /// declares for itself, with `labels`; the family is registered on first use and shared by
+    /// every later caller of the same name (whose `help` is then not used).
+    pub fn component_counter(&self, name: &str, help: &str, labels: &[(&str, &str)]) -> Counter {
+        let fam = {
+            let mut declared = self.declared.lock();
+            match declared.get(name) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = CounterFamily::default();
+                    self.registry.lock().register(name, help, f.clone());
+                    declared.insert(name.to_string(), f.clone());
+                    f
+                }
+            }
+        };
+        let l: Labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        fam.get_or_create(&l).clone()
+    }
+
     /// Renders every metric in the OpenMetrics text format.
     pub fn render(&self) -> String {
         if let Some(p) = crate::telemetry::process::sample() {
@@ -471,7 +494,7 @@ impl Telemetry {
         }
         let mut out = String::new();
         // Encoding into a String cannot fail.
-        let _ = encode(&mut out, &self.registry);
+        let _ = encode(&mut out, &self.registry.lock());
         out
     }
 

@@ -36,7 +36,7 @@ service:
   extensions: [health_check]
   shutdown_timeout: 30s
   telemetry:
-    logs: {level: info, encoding: json}
+    logs: {level: info, encoding: console}
     metrics: {level: detailed, address: "0.0.0.0:8888"}
   pipelines:
     traces/a: {receivers: [otlp/in], processors: [memory_limiter, batch/fast], exporters: [otlp/tempo, debug]}

@@ -10,15 +10,9 @@ use std::sync::Arc;
 /// The `User-Agent` every network exporter sends.
 pub(crate) const USER_AGENT: &str = concat!("inferwatch/", env!("CARGO_PKG_VERSION"));
 
-/// Checks `sending_queue` as otelcol does: a queue that is on needs room and workers.
+/// Checks `sending_queue` as otelcol does (see [`QueueSettings::check`]).
 pub(crate) fn validate_queue(q: &QueueSettings) -> Result<(), FieldError> {
-    if q.enabled && q.queue_size == 0 {
-        return Err(FieldError::at("sending_queue.queue_size", "queue_size must be positive"));
-    }
-    if q.enabled && q.num_consumers == 0 {
-        return Err(FieldError::at("sending_queue.num_consumers", "num_consumers must be positive"));
-    }
-    Ok(())
+    q.check()
 }
 
 /// Checks `retry_on_failure` as otelcol does.

@@ -2,7 +2,7 @@
 //! of `POST /api/v2/alerts`, resolution, escalation, re-sending while firing, retries on 5xx
 //! and no retries on 4xx.
 
-mod common;
+use crate::common;
 
 use axum::Router;
 use axum::body::Bytes;

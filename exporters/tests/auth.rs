@@ -1,7 +1,7 @@
 //! `auth: { authenticator: <id> }` on the HTTP and gRPC exporters: the extension's headers go
 //! out with every request (a bearer token, a tenant header from the client's metadata).
 
-mod common;
+use crate::common;
 
 use axum::Router;
 use axum::http::HeaderMap;

@@ -1,6 +1,6 @@
 //! The `otlp` exporter against an in-process tonic OTLP server with scripted answers.
 
-mod common;
+use crate::common;
 
 use common::{PATIENCE, Pki, fast_retry, payload, start};
 use inferwatch_core::consumer::{ConsumeError, RefuseReason};

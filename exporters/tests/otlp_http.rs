@@ -1,6 +1,6 @@
 //! The `otlphttp` exporter against an in-process axum OTLP/HTTP server with scripted answers.
 
-mod common;
+use crate::common;
 
 use axum::Router;
 use axum::body::{Body, Bytes};

@@ -2,7 +2,7 @@
 //! golden tests, delta → cumulative accumulation, expiration and the series cap, the HTTP
 //! endpoint, and remote-write requests decoded back (snappy + prost) from an in-process server.
 
-mod common;
+use crate::common;
 
 use axum::Router;
 use axum::body::Bytes;

@@ -1,7 +1,7 @@
 //! The Rust side against the training side's fixtures: feature windows from the same Parquet,
 //! and ONNX Runtime's output against the training stack's forward pass.
 
-mod common;
+use crate::common;
 
 use common::{fixture, parquet_batches, runtime_or_skip};
 use inferwatch_ml::card::Card;

@@ -1,7 +1,7 @@
 //! The `lstm_ae` and `pca` processors through the Arrow processor contract: the missing-runtime
 //! paths, batching across groups, the output, snapshot / restore.
 
-mod common;
+use crate::common;
 
 use arrow_array::RecordBatch;
 use common::{fixture, model, parquet_batches, runtime_or_skip};

@@ -1,6 +1,6 @@
 //! End-to-end tests of `inferwatch bench` against the OpenAI-compatible stub.
 
-mod support;
+use crate::support;
 
 use inferwatch_probe::arrivals::Arrivals;
 use inferwatch_probe::{Api, ArrivalKind, BenchArgs, BenchError, ProbeKind, run, run_until};

@@ -295,24 +295,7 @@ impl Inner {
 
     /// The partition of the current client's data and the scope its batches go out in.
     fn partition(&self) -> (PartKey, Option<Arc<ClientInfo>>) {
-        if self.config.metadata_keys.is_empty() {
-            return (Vec::new(), None);
-        }
-        let current = ClientInfo::current();
-        let mut metadata = http::HeaderMap::new();
-        let mut key = Vec::with_capacity(self.config.metadata_keys.len());
-        for k in &self.config.metadata_keys {
-            let values = current.as_ref().map(|c| c.metadata_values(k)).unwrap_or_default();
-            if let Ok(name) = http::HeaderName::try_from(k.to_ascii_lowercase()) {
-                for v in &values {
-                    if let Ok(v) = http::HeaderValue::from_str(v) {
-                        metadata.append(name.clone(), v);
-                    }
-                }
-            }
-            key.push(values);
-        }
-        (key, Some(Arc::new(ClientInfo { metadata, ..Default::default() })))
+        ClientInfo::partition(&self.config.metadata_keys, ClientInfo::current().as_deref())
     }
 }
 

@@ -2,15 +2,21 @@
 //! `llm_signals` connectors.
 
 pub mod alerts;
+// issue 14 pod identity: attribute actions and the resource / attributes / resourcedetection processors
+pub mod attraction;
+pub mod attributes;
 pub mod batch;
 pub mod coupled_model;
 pub mod delta_ab;
 pub mod detect;
+pub mod filter;
 pub mod forward;
 pub mod gpu_enrich;
 pub mod kv_pressure;
 pub mod llm_signals;
 pub mod memory_limiter;
+pub mod resource;
+pub mod resourcedetection;
 pub mod slo;
 pub mod trend_forecast;
 pub mod window_stats;
@@ -31,6 +37,10 @@ pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(coupled_model::CoupledModelFactory));
     reg.add_processor(Arc::new(gpu_enrich::GpuEnrichFactory));
     reg.add_processor(Arc::new(slo::SloFactory));
+    reg.add_processor(Arc::new(filter::FilterFactory));
+    reg.add_processor(Arc::new(resource::ResourceFactory));
+    reg.add_processor(Arc::new(attributes::AttributesFactory));
+    reg.add_processor(Arc::new(resourcedetection::ResourceDetectionFactory));
     reg.add_connector(Arc::new(alerts::AlertsFactory));
     reg.add_connector(Arc::new(forward::ForwardFactory));
     reg.add_connector(Arc::new(llm_signals::LlmSignalsFactory));

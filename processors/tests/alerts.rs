@@ -581,7 +581,7 @@ fn bad_settings_point_at_the_field() {
     assert_eq!(c.params.repeat_ns, 300 * S);
     assert_eq!(c.params.max_alerts, 10_000);
     assert_eq!(c.group_by, vec!["gen_ai.request.model", "service.version", "service.instance.id", "detector", "slo"]);
-    assert_eq!(c.context, vec!["k8s.pod.name", "k8s.namespace.name"]);
+    assert_eq!(c.context, vec!["k8s.pod.name", "k8s.namespace.name", "k8s.node.name"]);
     // Safe defaults: for 2m, resolve_after 2m, stale_after 5m, resolve_below = warning.
     assert_eq!(c.params.for_ns, 120 * S);
     assert_eq!(c.params.resolve_after_ns, 120 * S);

@@ -914,7 +914,7 @@ fn check_restore_continues(signal: Signal, cfg: serde_json::Value, steps: Vec<(I
         let mut first = Harness::new(signal, cfg.clone());
         let mut got = run(&mut first, &steps[..cut]);
         let bytes = first.proc.snapshot().unwrap();
-        assert_eq!(first.proc.state_version(), 1);
+        assert_eq!(first.proc.state_version(), inferwatch_processors::llm_signals::STATE_VERSION);
         let mut second = Harness::new(signal, cfg.clone());
         second.proc.restore(&bytes).unwrap();
         assert_eq!(second.proc.series_count(), first.proc.series_count());

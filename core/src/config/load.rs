@@ -4,7 +4,8 @@
 use super::envsubst::{Env, substitute};
 use super::yaml::{self, Key, Node, NodeKind};
 use super::{
-    ComponentConfig, Config, ConfigError, Location, PipelineConfig, PipelineId, ServiceConfig, TelemetryConfig,
+    ComponentConfig, Config, ConfigError, Location, MetricsLevel, PipelineConfig, PipelineId, ServiceConfig,
+    TelemetryConfig,
 };
 use crate::component::{ComponentId, PathSeg};
 use crate::pdata::Signal;
@@ -20,35 +21,93 @@ pub fn load(paths: &[PathBuf]) -> Result<Config, Vec<ConfigError>> {
 
 /// Loads and merges `paths` in order (later files win), looking variables up with `env`.
 pub fn load_with_env(paths: &[PathBuf], env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
-    if paths.is_empty() {
-        return Err(vec![ConfigError {
-            location: None,
-            key: String::new(),
-            message: "no configuration file given".into(),
-        }]);
+    let l = load_all(paths, &[], env);
+    match l.config {
+        Some(c) if l.errors.is_empty() => Ok(c),
+        _ => Err(l.errors),
     }
+}
+
+/// What [`load_all`] found.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The configuration as far as it could be read (`None` when a file did not parse).
+    pub config: Option<Config>,
+    /// The merged, substituted tree (`None` when a file did not parse).
+    pub tree: Option<Node>,
+    /// Every problem found while reading.
+    pub errors: Vec<ConfigError>,
+}
+
+/// Loads and merges `paths` in order (later files win), then applies the `--set key=value`
+/// overrides `sets` in order over them, looking variables up with `env`. A structural error
+/// does not stop the reading: what could be read is in `config`, for validation to check too.
+pub fn load_all(paths: &[PathBuf], sets: &[String], env: &dyn Fn(&str) -> Option<String>) -> Loaded {
     let mut errors = Vec::new();
+    if paths.is_empty() {
+        errors.push(ConfigError { location: None, key: String::new(), message: "no configuration file given".into() });
+        return Loaded { config: None, tree: None, errors };
+    }
     let mut root: Option<Node> = None;
+    let mut parsed = true;
+    let layer = |root: &mut Option<Node>, node: Node| match root {
+        // An empty file changes nothing.
+        Some(_) if node.kind == NodeKind::Null => {}
+        Some(base) => merge(base, node),
+        None => *root = Some(node),
+    };
     for path in paths {
         let name = path.display().to_string();
         match read_bounded(path) {
-            Ok(text) => {
-                if let Some(node) = read(&name, &text, env, &mut errors) {
-                    match &mut root {
-                        // An empty file changes nothing.
-                        Some(_) if node.kind == NodeKind::Null => {}
-                        Some(base) => merge(base, node),
-                        None => root = Some(node),
-                    }
-                }
+            Ok(text) => match read(&name, &text, env, &mut errors) {
+                Some(node) => layer(&mut root, node),
+                None => parsed = false,
+            },
+            Err(message) => {
+                parsed = false;
+                errors.push(ConfigError { location: None, key: String::new(), message })
             }
-            Err(message) => errors.push(ConfigError { location: None, key: String::new(), message }),
+        }
+    }
+    for spec in sets {
+        match parse_set(spec, env) {
+            Ok(node) => layer(&mut root, node),
+            Err(e) => {
+                parsed = false;
+                errors.extend(e)
+            }
         }
     }
     match root {
-        Some(root) if errors.is_empty() => build(&root),
-        _ => Err(errors),
+        Some(root) if parsed => {
+            let (config, found) = build(&root);
+            errors.extend(found);
+            Loaded { config: Some(config), tree: Some(root), errors }
+        }
+        _ => Loaded { config: None, tree: None, errors },
     }
+}
+
+/// Reads one `--set` override, as otelcol's: `key=value`, the key a path of map keys joined by
+/// `::` (or by `.` when the key has no `::`), the value YAML (`[batch]` is a list, `2s` a
+/// string, `8` a number), `${env:...}` substituted. Returns a tree holding just that value.
+pub fn parse_set(spec: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Node, Vec<ConfigError>> {
+    let name = format!("--set={spec}");
+    let fail = |message: String| vec![ConfigError { location: None, key: String::new(), message }];
+    let Some((key, value)) = spec.split_once('=') else {
+        return Err(fail(format!("{name}: expected key=value (e.g. --set=processors::batch::timeout=2s)")));
+    };
+    let parts: Vec<&str> = if key.contains("::") { key.split("::").collect() } else { key.split('.').collect() };
+    if parts.iter().any(|p| p.trim().is_empty()) {
+        return Err(fail(format!("{name}: empty key segment in {key:?}")));
+    }
+    let mut errors = Vec::new();
+    let node = read(&name, value, env, &mut errors).filter(|_| errors.is_empty()).ok_or(errors)?;
+    let at = node.location.clone();
+    Ok(parts.iter().rev().fold(node, |inner, part| Node {
+        kind: NodeKind::Map(vec![(Key { text: part.to_string(), location: at.clone() }, inner)]),
+        location: at.clone(),
+    }))
 }
 
 /// Largest configuration file read (16 MiB); a larger file (or an endless one such as
@@ -78,7 +137,10 @@ fn read_bounded(path: &std::path::Path) -> Result<String, String> {
 pub fn load_str(name: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
     let mut errors = Vec::new();
     match read(name, text, env, &mut errors) {
-        Some(root) if errors.is_empty() => build(&root),
+        Some(root) if errors.is_empty() => {
+            let (c, errors) = build(&root);
+            if errors.is_empty() { Ok(c) } else { Err(errors) }
+        }
         _ => Err(errors),
     }
 }
@@ -115,9 +177,9 @@ fn merge(base: &mut Node, over: Node) {
     }
 }
 
-/// Reads a merged tree into a [`Config`].
-fn build(root: &Node) -> Result<Config, Vec<ConfigError>> {
-    let mut b = Build { errors: Vec::new(), metrics_tls: None };
+/// Reads a merged tree into a [`Config`], as far as it can, with every problem found.
+fn build(root: &Node) -> (Config, Vec<ConfigError>) {
+    let mut b = Build { errors: Vec::new(), warnings: Vec::new(), metrics_tls: None };
     let mut cfg = Config {
         receivers: BTreeMap::new(),
         processors: BTreeMap::new(),
@@ -130,6 +192,7 @@ fn build(root: &Node) -> Result<Config, Vec<ConfigError>> {
             telemetry: TelemetryConfig::default(),
             shutdown_timeout: Duration::from_secs(10),
         },
+        load_warnings: Vec::new(),
     };
     let mut service_at = &root.location;
     for (k, v) in b.entries(root, "") {
@@ -143,7 +206,9 @@ fn build(root: &Node) -> Result<Config, Vec<ConfigError>> {
                 service_at = &k.location;
                 b.service(v, &mut cfg.service);
             }
-            other => b.unknown(k, other, "receivers, processors, exporters, connectors, extensions or service"),
+            other => {
+                b.unknown(k, other, &["receivers", "processors", "exporters", "connectors", "extensions", "service"])
+            }
         }
     }
     if cfg.service.pipelines.is_empty() {
@@ -151,12 +216,15 @@ fn build(root: &Node) -> Result<Config, Vec<ConfigError>> {
             root.get(&[PathSeg::Key("service".into())]).and_then(|s| s.entry("pipelines")).map(|(k, _)| &k.location);
         b.err(at.unwrap_or(service_at), "service.pipelines", "at least one pipeline is required");
     }
-    if b.errors.is_empty() { Ok(cfg) } else { Err(b.errors) }
+    cfg.load_warnings = std::mem::take(&mut b.warnings);
+    (cfg, b.errors)
 }
 
 /// Error collection while reading the tree.
 struct Build {
     errors: Vec<ConfigError>,
+    /// Accepted settings that do not do all they would in otelcol.
+    warnings: Vec<ConfigError>,
     /// TLS of the self-metrics reader, while `service.telemetry` is read.
     metrics_tls: Option<crate::tls::server::TlsServerSettings>,
 }
@@ -166,8 +234,27 @@ impl Build {
         self.errors.push(ConfigError { location: Some(at.clone()), key: key.into(), message: message.into() });
     }
 
-    fn unknown(&mut self, k: &Key, key: &str, expected: &str) {
-        self.err(&k.location, key, format!("unknown key {:?} (expected {expected})", k.text));
+    fn warn(&mut self, at: &Location, key: impl Into<String>, message: impl Into<String>) {
+        self.warnings.push(ConfigError { location: Some(at.clone()), key: key.into(), message: message.into() });
+    }
+
+    /// Reports an unknown key, with the expected ones and the closest of them if it is close.
+    fn unknown(&mut self, k: &Key, key: &str, expected: &[&str]) {
+        let list = match expected.split_last() {
+            Some((last, [])) => last.to_string(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        let mut msg = format!("unknown key {:?} (expected {list})", k.text);
+        if let Some(s) = super::validate::suggest(&k.text, expected.iter().copied()) {
+            msg.push_str(&format!("; did you mean {s:?}?"));
+        }
+        self.err(&k.location, key, msg);
+    }
+
+    /// Refuses a key inferwatch does not support, saying so.
+    fn unsupported(&mut self, at: &Location, key: &str, why: &str) {
+        self.err(at, key, format!("not supported by inferwatch: {why}"));
     }
 
     /// The entries of a map (`Null` is an empty map).
@@ -248,7 +335,7 @@ impl Build {
                         }
                     }
                 }
-                _ => self.unknown(k, &key, "extensions, pipelines, telemetry or shutdown_timeout"),
+                _ => self.unknown(k, &key, &["extensions", "pipelines", "telemetry", "shutdown_timeout"]),
             }
         }
     }
@@ -262,7 +349,15 @@ impl Build {
                 None => (k.text.as_str(), None),
             };
             let Some(signal) = Signal::parse(sig) else {
-                self.err(&k.location, key, format!("unknown pipeline type {sig:?} (expected traces, metrics or logs)"));
+                let hint = if sig == "profiles" {
+                    " (otelcol's experimental profiles signal is not supported by inferwatch)".to_string()
+                } else {
+                    super::validate::suggest(sig, ["traces", "metrics", "logs"])
+                        .map(|s| format!("; did you mean {s:?}?"))
+                        .unwrap_or_default()
+                };
+                let msg = format!("unknown pipeline type {sig:?}{hint} (expected traces, metrics or logs)");
+                self.err(&k.location, key, msg);
                 continue;
             };
             if name.is_some_and(|n| n.is_empty() || n.contains(char::is_whitespace)) {
@@ -283,7 +378,7 @@ impl Build {
                     "receivers" => p.receivers = self.ids(pv, &list_key),
                     "processors" => p.processors = self.ids(pv, &list_key),
                     "exporters" => p.exporters = self.ids(pv, &list_key),
-                    _ => self.unknown(pk, &list_key, "receivers, processors or exporters"),
+                    _ => self.unknown(pk, &list_key, &["receivers", "processors", "exporters"]),
                 }
             }
             out.push(p);
@@ -291,9 +386,10 @@ impl Build {
         out
     }
 
+    /// `service.telemetry`, as otelcol has it; what inferwatch cannot do is refused, saying so.
     fn telemetry(&mut self, node: &Node) -> TelemetryConfig {
         let mut t = TelemetryConfig::default();
-        let (mut disabled, mut address, mut from_readers) = (false, None, None);
+        let (mut address, mut from_readers) = (None, None);
         for (k, v) in self.entries(node, "service.telemetry") {
             let key = format!("service.telemetry.{}", k.text);
             match k.text.as_str() {
@@ -302,8 +398,11 @@ impl Build {
                         let mkey = format!("{key}.{}", mk.text);
                         match mk.text.as_str() {
                             "level" => match self.scalar(mv, &mkey).map(str::to_ascii_lowercase).as_deref() {
-                                Some("none") => disabled = true,
-                                Some("basic" | "normal" | "detailed") | None => {}
+                                Some("none") => t.metrics_level = MetricsLevel::None,
+                                Some("basic") => t.metrics_level = MetricsLevel::Basic,
+                                Some("normal") => t.metrics_level = MetricsLevel::Normal,
+                                Some("detailed") => t.metrics_level = MetricsLevel::Detailed,
+                                None => {}
                                 Some(other) => self.err(
                                     &mv.location,
                                     mkey,
@@ -312,16 +411,150 @@ impl Build {
                             },
                             "address" => address = self.scalar(mv, &mkey).map(str::to_string),
                             "readers" => from_readers = self.readers(mv, &mkey),
-                            "views" => {}
-                            _ => self.unknown(mk, &mkey, "level, address or readers"),
+                            "views" => self.unsupported(
+                                &mk.location,
+                                &mkey,
+                                "metric views (the agent's own metrics have fixed names and attributes)",
+                            ),
+                            _ => self.unknown(mk, &mkey, &["level", "address", "readers", "views"]),
                         }
                     }
                     if let (Some(_), Some((_, mk))) = (&from_readers, v.entry("address")) {
                         self.err(&mk.location, format!("{key}.address"), "give either address or readers, not both");
                     }
                 }
-                "logs" => {
-                    const IGNORED: [&str; 8] = [
+                "logs" => self.logs(v, &key, &mut t),
+                "resource" => {
+                    for (rk, rv) in self.entries(v, &key) {
+                        let rkey = format!("{key}.{}", rk.text);
+                        match &rv.kind {
+                            NodeKind::Null => t.resource.push((rk.text.clone(), None)),
+                            NodeKind::Scalar { text, .. } => t.resource.push((rk.text.clone(), Some(text.clone()))),
+                            _ => self.err(&rv.location, rkey, "expected a string value (or null to remove it)"),
+                        }
+                    }
+                }
+                "traces" => {
+                    for (tk, tv) in self.entries(v, &key) {
+                        let tkey = format!("{key}.{}", tk.text);
+                        let off = tk.text == "level" && tv.as_str().is_some_and(|l| l.eq_ignore_ascii_case("none"));
+                        let empty =
+                            matches!(&tv.kind, NodeKind::Null) || matches!(&tv.kind, NodeKind::Seq(i) if i.is_empty());
+                        if !off && !empty {
+                            self.unsupported(
+                                &tk.location,
+                                &tkey,
+                                "inferwatch does not trace itself (only `level: none` is accepted here)",
+                            );
+                        }
+                    }
+                }
+                _ => self.unknown(k, &key, &["metrics", "logs", "resource", "traces"]),
+            }
+        }
+        let default = t.metrics_address.take();
+        t.metrics_address =
+            if t.metrics_level == MetricsLevel::None { None } else { from_readers.or(address).or(default) };
+        t.metrics_tls = self.metrics_tls.take();
+        if let Some((rk, _)) = node.entry("resource").filter(|_| !t.resource.is_empty()) {
+            self.warn(
+                &rk.location,
+                "service.telemetry.resource",
+                "read, but not yet put on the agent's own metrics (needs target_info in the self-metrics registry)",
+            );
+        }
+        t
+    }
+
+    /// `service.telemetry.logs`: the agent logs plain text to stderr through `tracing`.
+    fn logs(&mut self, node: &Node, key: &str, t: &mut TelemetryConfig) {
+        for (lk, lv) in self.entries(node, key) {
+            let lkey = format!("{key}.{}", lk.text);
+            match lk.text.as_str() {
+                "level" => {
+                    let level = self.scalar(lv, &lkey).map(str::to_ascii_lowercase);
+                    match level.as_deref() {
+                        Some("debug" | "info" | "warn" | "error") => t.logs_level = level,
+                        // zap's levels above error: tracing has none; they log errors only.
+                        Some("dpanic" | "panic" | "fatal") => t.logs_level = Some("error".into()),
+                        Some(other) => self.err(
+                            &lv.location,
+                            lkey,
+                            format!("invalid level {other:?} (expected debug, info, warn or error)"),
+                        ),
+                        None => {}
+                    }
+                }
+                "encoding" => match self.scalar(lv, &lkey) {
+                    Some("console") | None => {}
+                    Some("json") => self.unsupported(&lv.location, &lkey, "JSON logs (the agent logs console text)"),
+                    Some(other) => {
+                        self.err(&lv.location, lkey, format!("invalid encoding {other:?} (expected console or json)"))
+                    }
+                },
+                "development" => match lv.to_json() {
+                    serde_json::Value::Bool(false) | serde_json::Value::Null => {}
+                    serde_json::Value::Bool(true) => {
+                        self.unsupported(&lv.location, &lkey, "zap's development mode (set it to false or remove it)")
+                    }
+                    _ => self.err(&lv.location, lkey, "expected true or false"),
+                },
+                "disable_caller" | "disable_stacktrace" => match lv.to_json() {
+                    serde_json::Value::Bool(true) | serde_json::Value::Null => {}
+                    serde_json::Value::Bool(false) => self.warn(
+                        &lv.location,
+                        lkey,
+                        "the agent's log lines carry no caller or stack trace; this setting has no effect",
+                    ),
+                    _ => self.err(&lv.location, lkey, "expected true or false"),
+                },
+                "sampling" => {
+                    let enabled = lv.get(&[PathSeg::Key("enabled".into())]).map(Node::to_json);
+                    if enabled != Some(serde_json::Value::Bool(false)) && lv.kind != NodeKind::Null {
+                        self.warn(
+                            &lk.location,
+                            lkey,
+                            "the agent does not sample its logs (every line is written); this setting has no effect",
+                        );
+                    }
+                }
+                "output_paths" | "error_output_paths" => {
+                    let ok = match lv.to_json() {
+                        serde_json::Value::Array(a) => a.iter().all(|p| p == "stderr"),
+                        serde_json::Value::Null => true,
+                        _ => false,
+                    };
+                    if !ok {
+                        self.unsupported(&lv.location, &lkey, "log destinations other than [stderr]");
+                    }
+                }
+                "initial_fields" => {
+                    let empty = match &lv.kind {
+                        NodeKind::Map(e) => e.is_empty(),
+                        NodeKind::Null => true,
+                        _ => false,
+                    };
+                    if !empty {
+                        self.unsupported(&lk.location, &lkey, "initial_fields (fields added to every log line)");
+                    }
+                }
+                "processors" => {
+                    let empty =
+                        matches!(&lv.kind, NodeKind::Null) || matches!(&lv.kind, NodeKind::Seq(i) if i.is_empty());
+                    if !empty {
+                        self.unsupported(
+                            &lk.location,
+                            &lkey,
+                            "exporting the agent's own logs through OTLP (its logs go to stderr)",
+                        );
+                    }
+                }
+                _ => self.unknown(
+                    lk,
+                    &lkey,
+                    &[
+                        "level",
+                        "encoding",
                         "development",
                         "disable_caller",
                         "disable_stacktrace",
@@ -330,43 +563,10 @@ impl Build {
                         "error_output_paths",
                         "initial_fields",
                         "processors",
-                    ];
-                    for (lk, lv) in self.entries(v, &key) {
-                        let lkey = format!("{key}.{}", lk.text);
-                        match lk.text.as_str() {
-                            "level" => {
-                                let level = self.scalar(lv, &lkey).map(str::to_ascii_lowercase);
-                                match level.as_deref() {
-                                    Some("debug" | "info" | "warn" | "error") => t.logs_level = level,
-                                    Some(other) => self.err(
-                                        &lv.location,
-                                        lkey,
-                                        format!("invalid level {other:?} (expected debug, info, warn or error)"),
-                                    ),
-                                    None => {}
-                                }
-                            }
-                            "encoding" => match self.scalar(lv, &lkey) {
-                                Some("console" | "json") | None => {}
-                                Some(other) => self.err(
-                                    &lv.location,
-                                    lkey,
-                                    format!("invalid encoding {other:?} (expected console or json)"),
-                                ),
-                            },
-                            s if IGNORED.contains(&s) => {}
-                            _ => self.unknown(lk, &lkey, "level or encoding"),
-                        }
-                    }
-                }
-                "resource" | "traces" => {}
-                _ => self.unknown(k, &key, "metrics, logs or resource"),
+                    ],
+                ),
             }
         }
-        let default = t.metrics_address.take();
-        t.metrics_address = if disabled { None } else { from_readers.or(address).or(default) };
-        t.metrics_tls = self.metrics_tls.take();
-        t
     }
 
     /// The address of the first `pull.exporter.prometheus` reader.
@@ -381,6 +581,14 @@ impl Build {
         let mut found = None;
         for (i, r) in items.iter().enumerate() {
             let rkey = format!("{key}[{i}]");
+            if r.entry("periodic").is_some() {
+                self.unsupported(
+                    &r.location,
+                    &rkey,
+                    "periodic metric readers (OTLP push of the agent's own metrics) are not built yet; use pull.exporter.prometheus and scrape it",
+                );
+                continue;
+            }
             let path = ["pull", "exporter", "prometheus"].map(|s| PathSeg::Key(s.into()));
             let Some(prom) = r.get(&path) else {
                 self.err(&r.location, rkey, "unsupported metrics reader (only pull.exporter.prometheus is supported)");
@@ -406,7 +614,26 @@ impl Build {
                         Ok(tls) => self.metrics_tls = Some(tls),
                         Err(e) => self.err(&v.location, fkey, e.to_string()),
                     },
-                    _ => {} // the exporter's other options do not apply here
+                    "without_units" | "without_type_suffix" | "without_scope_info" | "with_resource_constant_labels" => {
+                        self.warn(
+                            &k.location,
+                            fkey,
+                            "has no effect: the agent's own metrics have fixed otelcol names (units and type suffixes kept, no scope info)",
+                        )
+                    }
+                    _ => self.unknown(
+                        k,
+                        &fkey,
+                        &[
+                            "host",
+                            "port",
+                            "tls",
+                            "without_units",
+                            "without_type_suffix",
+                            "without_scope_info",
+                            "with_resource_constant_labels",
+                        ],
+                    ),
                 }
             }
             found = Some(if host.contains(':') && !host.starts_with('[') {
@@ -478,17 +705,20 @@ service:
         let svc = "  pipelines: {traces: {receivers: [otlp], exporters: [debug]}, metrics/fast: {receivers: [otlp], exporters: [debug]}}\n";
         let load = |tail: &str| load_str("s.yaml", &format!("{base}service:\n{svc}{tail}"), &env).unwrap().service;
         let s = load(
-            "  shutdown_timeout: 1m30s\n  extensions: [health_check]\n  telemetry:\n    metrics: {address: 0.0.0.0:9000}\n    logs: {level: DEBUG, encoding: json}\n    resource: {a: b}\n",
+            "  shutdown_timeout: 1m30s\n  extensions: [health_check]\n  telemetry:\n    metrics: {address: 0.0.0.0:9000}\n    logs: {level: DEBUG, encoding: console}\n    resource: {a: b, c: }\n",
         );
         assert_eq!(s.shutdown_timeout, Duration::from_secs(90));
         assert_eq!(s.extensions[0].0, id("health_check"));
         assert_eq!(s.pipelines[1].id.to_string(), "metrics/fast");
         assert_eq!(s.telemetry.metrics_address.as_deref(), Some("0.0.0.0:9000"));
         assert_eq!(s.telemetry.logs_level.as_deref(), Some("debug"));
+        assert_eq!(s.telemetry.resource, [("a".to_string(), Some("b".to_string())), ("c".to_string(), None)]);
+        assert_eq!(s.telemetry.metrics_level, MetricsLevel::Normal);
         let readers = "  telemetry:\n    metrics:\n      level: detailed\n      readers:\n        - pull:\n            exporter:\n              prometheus: {host: '::1', port: '${env:PORT}'}\n";
         assert_eq!(load(readers).telemetry.metrics_address.as_deref(), Some("[::1]:9999"));
         let none = "  telemetry: {metrics: {level: none, address: 1.2.3.4:5}}\n";
-        assert_eq!(load(none).telemetry.metrics_address, None);
+        let none = load(none).telemetry;
+        assert_eq!((none.metrics_address, none.metrics_level), (None, MetricsLevel::None));
     }
 
     #[test]
@@ -553,9 +783,10 @@ service:
             ("service.pipelines.spans", 13, 5, "unknown pipeline type \"spans\""),
             ("service.pipelines.traces/", 14, 5, "invalid pipeline id"),
             ("service.telemetry.metrics.level", 16, 22, "invalid level \"loud\""),
-            ("service.telemetry.metrics.readers[0]", 16, 38, "unsupported metrics reader"),
+            ("service.telemetry.metrics.readers[0]", 16, 38, "not supported by inferwatch: periodic metric readers"),
             ("service.telemetry.logs.level", 17, 19, "invalid level \"trace\""),
             ("service.telemetry.logs.encoding", 17, 36, "invalid encoding \"xml\""),
+            ("service.telemetry.logs.development", 17, 54, "not supported by inferwatch: zap's development mode"),
             ("service.telemetry.tracez", 18, 5, "unknown key \"tracez\""),
             ("service.extra", 19, 3, "unknown key \"extra\""),
         ];

@@ -13,8 +13,32 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use load::{load, load_str, load_with_env};
+pub use load::{Loaded, load, load_all, load_str, load_with_env, parse_set};
 pub use validate::{validate, warnings};
+pub use yaml::{REDACTED, redact, to_yaml};
+
+/// Loads `paths` with the `--set` overrides `sets` (see [`load_all`]) and validates the result
+/// against `r`: every problem of the files, structural and per component, in one list.
+pub fn check(
+    paths: &[std::path::PathBuf],
+    sets: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+    r: &crate::registry::Registry,
+) -> Result<Config, Vec<ConfigError>> {
+    let Loaded { config, mut errors, .. } = load_all(paths, sets, env);
+    match config {
+        Some(c) => {
+            // A value the loader already refused (an unset variable) is not checked again.
+            let refused: Vec<String> = errors.iter().map(|e| e.key.clone()).filter(|k| !k.is_empty()).collect();
+            let covered = |k: &str| {
+                refused.iter().any(|r| k == r || k.strip_prefix(r.as_str()).is_some_and(|t| t.starts_with(['.', '['])))
+            };
+            errors.extend(validate(&c, r).into_iter().filter(|e| !covered(&e.key)));
+            if errors.is_empty() { Ok(c) } else { Err(errors) }
+        }
+        None => Err(errors),
+    }
+}
 
 /// A place in a configuration file (1-based line and column).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,12 +145,37 @@ pub struct TelemetryConfig {
     pub metrics_tls: Option<crate::tls::server::TlsServerSettings>,
     /// Log level from `service.telemetry.logs.level`, if set.
     pub logs_level: Option<String>,
+    /// `service.telemetry.metrics.level` (default `normal`; `none` turns the endpoint off).
+    pub metrics_level: MetricsLevel,
+    /// `service.telemetry.resource`: attributes of the agent's own telemetry, in file order; a
+    /// `null` value removes a default attribute.
+    pub resource: Vec<(String, Option<String>)>,
 }
 
 impl Default for TelemetryConfig {
     fn default() -> Self {
-        TelemetryConfig { metrics_address: Some("127.0.0.1:8888".into()), metrics_tls: None, logs_level: None }
+        TelemetryConfig {
+            metrics_address: Some("127.0.0.1:8888".into()),
+            metrics_tls: None,
+            logs_level: None,
+            metrics_level: MetricsLevel::Normal,
+            resource: Vec::new(),
+        }
     }
+}
+
+/// otelcol's `service.telemetry.metrics.level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetricsLevel {
+    /// No self-metrics endpoint.
+    None,
+    /// otelcol: the essential metrics only.
+    Basic,
+    /// otelcol's default.
+    #[default]
+    Normal,
+    /// otelcol: everything, with more attributes.
+    Detailed,
 }
 
 /// The `service` section.
@@ -157,4 +206,7 @@ pub struct Config {
     pub extensions: BTreeMap<ComponentId, ComponentConfig>,
     /// `service:`
     pub service: ServiceConfig,
+    /// Settings accepted that do not do all they would in otelcol, each located (reported by
+    /// [`warnings`]).
+    pub load_warnings: Vec<ConfigError>,
 }

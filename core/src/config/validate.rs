@@ -5,6 +5,7 @@ use super::{ComponentConfig, Config, ConfigError, Location, PipelineConfig};
 use crate::component::{ComponentId, ComponentKind, FieldError, PathSeg};
 use crate::pdata::Signal;
 use crate::registry::Registry;
+use serde_json::Value;
 use std::collections::HashSet;
 
 /// Checks `c` against the factories in `r`; returns every problem found (empty when valid).
@@ -22,7 +23,24 @@ pub fn validate(c: &Config, r: &Registry) -> Vec<ConfigError> {
 /// Valid settings of processors, exporters and connectors that cannot do what they seem to (the
 /// factories' `warnings`), each located at the offending key; they never make a config invalid.
 pub fn warnings(c: &Config, r: &Registry) -> Vec<ConfigError> {
-    let mut out = Vec::new();
+    let mut out = c.load_warnings.clone();
+    let sections = [
+        (ComponentKind::Receiver, &c.receivers),
+        (ComponentKind::Processor, &c.processors),
+        (ComponentKind::Exporter, &c.exporters),
+        (ComponentKind::Connector, &c.connectors),
+        (ComponentKind::Extension, &c.extensions),
+    ];
+    for (kind, section) in sections {
+        for comp in section.values() {
+            let alias = r.alias(kind, &comp.id.type_name).filter(|a| r.has(kind, a.target));
+            if let Some((a, why)) = alias.and_then(|a| a.deprecated.map(|why| (a, why))) {
+                let key = format!("{}.{}", kind.section(), comp.id);
+                let message = format!("{:?} is a deprecated alias of {:?}: {why}", a.name, a.target);
+                out.push(ConfigError { location: Some(comp.location.clone()), key, message });
+            }
+        }
+    }
     let mut add = |kind: ComponentKind, comp: &ComponentConfig, found: Vec<FieldError>| {
         for e in found {
             let key = format!("{}.{}{}", kind.section(), comp.id, suffix(&e.path));
@@ -62,6 +80,112 @@ fn suffix(path: &[PathSeg]) -> String {
         .collect()
 }
 
+/// A factory's settings check.
+type Check<'a> = Box<dyn Fn(&Value) -> Result<(), FieldError> + 'a>;
+
+/// Most errors reported for one component's settings.
+const MAX_ERRORS_PER_COMPONENT: usize = 32;
+
+/// serde's messages for a value of the wrong type or form: the key can be taken out and the
+/// rest of the settings checked.
+const SERDE_VALUE_ERRORS: [&str; 4] = ["invalid type:", "invalid value:", "invalid length", "unknown variant `"];
+
+/// The text between `prefix` and the next backquote, if `message` starts with `prefix`.
+fn quoted_after(message: &str, prefix: &str) -> Option<String> {
+    message.strip_prefix(prefix).and_then(|m| m.split_once('`')).map(|(f, _)| f.to_string())
+}
+
+/// For serde's "unknown field `x`, expected one of `a`, `b`" (and unknown variants): the
+/// expected name closest to `x`, if one is close.
+fn candidates_suggestion(message: &str) -> Option<String> {
+    let word = quoted_after(message, "unknown field `").or_else(|| quoted_after(message, "unknown variant `"))?;
+    let (_, expected) = message.split_once("expected ")?;
+    let names: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    suggest(&word, names).map(str::to_string)
+}
+
+/// The candidate closest to `word` by edit distance (case and `_`/`-` ignored), if close enough
+/// to be a likely misspelling: at most one edit per three characters.
+pub(crate) fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let norm = |s: &str| s.chars().filter(|c| *c != '_' && *c != '-').flat_map(char::to_lowercase).collect::<Vec<_>>();
+    let w = norm(word);
+    let limit = (w.len().max(3)) / 3;
+    candidates
+        .into_iter()
+        .filter(|c| *c != word)
+        .map(|c| (edit_distance(&w, &norm(c)), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Edit distance counting insertions, deletions, substitutions and swaps of neighbours
+/// (optimal string alignment).
+fn edit_distance(a: &[char], b: &[char]) -> usize {
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// The message for an unknown component type: a hint for otelcol names inferwatch knows but
+/// does not have, a "did you mean" for a likely misspelling, and the known types.
+fn unknown_type(r: &Registry, kind: ComponentKind, t: &str) -> String {
+    let known = r.type_names(kind);
+    let aliases: Vec<&str> = r.aliases().filter(|a| a.kind == kind && r.has(kind, a.target)).map(|a| a.name).collect();
+    let mut msg = format!("unknown {} type {t:?}", kind.singular());
+    if let Some(a) = r.alias(kind, t) {
+        msg.push_str(&format!(" (otelcol's {t:?}, also known as {:?}, is not built into inferwatch)", a.target));
+    } else if let Some(s) = suggest(t, known.iter().copied().chain(aliases.iter().copied())) {
+        msg.push_str(&format!("; did you mean {s:?}?"));
+    }
+    let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+    msg.push_str(&format!(" (known: {known})"));
+    msg
+}
+
+/// Takes the value at `path` out of `v`; whether there was one.
+fn remove(v: &mut Value, path: &[PathSeg]) -> bool {
+    let Some((last, parent)) = path.split_last() else { return false };
+    let mut node = v;
+    for seg in parent {
+        node = match (seg, node) {
+            (PathSeg::Key(k), Value::Object(m)) => match m.get_mut(k) {
+                Some(n) => n,
+                None => return false,
+            },
+            (PathSeg::Index(i), Value::Array(a)) => match a.get_mut(*i) {
+                Some(n) => n,
+                None => return false,
+            },
+            _ => return false,
+        };
+    }
+    match (last, node) {
+        (PathSeg::Key(k), Value::Object(m)) => m.remove(k).is_some(),
+        // An item is replaced by null, keeping the indexes of the others.
+        (PathSeg::Index(i), Value::Array(a)) if *i < a.len() => {
+            a[*i] = Value::Null;
+            true
+        }
+        _ => false,
+    }
+}
+
 struct Validator<'a> {
     c: &'a Config,
     r: &'a Registry,
@@ -76,31 +200,27 @@ impl Validator<'_> {
     fn components(&mut self) {
         let (c, r) = (self.c, self.r);
         for comp in c.receivers.values() {
-            self.component(
-                ComponentKind::Receiver,
-                comp,
-                r.receiver(&comp.id.type_name).map(|f| f.validate(&comp.settings)),
-            );
+            let f = r.receiver(&comp.id.type_name);
+            self.component(ComponentKind::Receiver, comp, f.map(|f| Box::new(move |v: &Value| f.validate(v)) as Check));
         }
         for comp in c.processors.values() {
+            let f = r.processor(&comp.id.type_name);
             self.component(
                 ComponentKind::Processor,
                 comp,
-                r.processor(&comp.id.type_name).map(|f| f.validate(&comp.settings)),
+                f.map(|f| Box::new(move |v: &Value| f.validate(v)) as Check),
             );
         }
         for comp in c.exporters.values() {
-            self.component(
-                ComponentKind::Exporter,
-                comp,
-                r.exporter(&comp.id.type_name).map(|f| f.validate(&comp.settings)),
-            );
+            let f = r.exporter(&comp.id.type_name);
+            self.component(ComponentKind::Exporter, comp, f.map(|f| Box::new(move |v: &Value| f.validate(v)) as Check));
         }
         for comp in c.connectors.values() {
+            let f = r.connector(&comp.id.type_name);
             self.component(
                 ComponentKind::Connector,
                 comp,
-                r.connector(&comp.id.type_name).map(|f| f.validate(&comp.settings)),
+                f.map(|f| Box::new(move |v: &Value| f.validate(v)) as Check),
             );
             for (other, section) in [("a receiver", &c.receivers), ("an exporter", &c.exporters)] {
                 if section.contains_key(&comp.id) {
@@ -110,35 +230,69 @@ impl Validator<'_> {
             }
         }
         for comp in c.extensions.values() {
+            let f = r.extension(&comp.id.type_name);
             self.component(
                 ComponentKind::Extension,
                 comp,
-                r.extension(&comp.id.type_name).map(|f| f.validate(&comp.settings)),
+                f.map(|f| Box::new(move |v: &Value| f.validate(v)) as Check),
             );
         }
     }
 
-    /// Reports an unknown type (`checked` is `None`) or the factory's verdict on the settings.
-    fn component(&mut self, kind: ComponentKind, comp: &ComponentConfig, checked: Option<Result<(), FieldError>>) {
+    /// Reports an unknown type (`check` is `None`) or every problem the factory finds in the
+    /// settings: after each unknown key (or ill-typed value) the offending key is taken out and
+    /// the settings checked again, so that one run lists them all.
+    fn component(&mut self, kind: ComponentKind, comp: &ComponentConfig, check: Option<Check<'_>>) {
         let key = format!("{}.{}", kind.section(), comp.id);
-        match checked {
-            None => {
-                let known = self.r.type_names(kind);
-                let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-                let msg = format!("unknown {} type {:?} (known: {known})", kind.singular(), comp.id.type_name);
-                self.err(&comp.location, key, msg);
+        let Some(check) = check else {
+            let msg = unknown_type(self.r, kind, &comp.id.type_name);
+            self.err(&comp.location, key, msg);
+            return;
+        };
+        let mut settings = comp.settings.clone();
+        let mut removed: Vec<Vec<PathSeg>> = Vec::new();
+        let mut meant: Vec<Vec<PathSeg>> = Vec::new();
+        let first = self.errors.len();
+        for _ in 0..MAX_ERRORS_PER_COMPONENT {
+            let Err(e) = check(&settings) else { break };
+            let mut path = e.path.clone();
+            // serde's path ends at the map holding an unknown field: point at the field itself.
+            let unknown = quoted_after(&e.message, "unknown field `");
+            if let Some(field) = unknown.as_ref().filter(|f| path.last() != Some(&PathSeg::Key(f.to_string()))) {
+                path.push(PathSeg::Key(field.clone()));
             }
-            Some(Ok(())) => {}
-            Some(Err(e)) => {
-                let mut path = e.path.clone();
-                // serde's path ends at the map holding an unknown field: point at the field itself.
-                let unknown = e.message.strip_prefix("unknown field `").and_then(|m| m.split_once('`')).map(|(f, _)| f);
-                if let Some(field) = unknown.filter(|f| comp.node.get(&path).and_then(|n| n.entry(f)).is_some()) {
-                    path.push(PathSeg::Key(field.to_string()));
-                }
-                self.err(&comp.locate(&path), format!("{key}{}", suffix(&path)), e.message);
+            // A follow-up of a key taken out here (`missing field`, or the same key again): stop.
+            let missing = quoted_after(&e.message, "missing field `").map(|f| {
+                let mut p = e.path.clone();
+                p.push(PathSeg::Key(f));
+                p
+            });
+            let retry = unknown.is_some() || SERDE_VALUE_ERRORS.iter().any(|p| e.message.starts_with(p));
+            // Once a key is taken out, what is left may fail only because it is missing (a
+            // misspelled required key): a follow-up about a key taken out, or about the key a
+            // misspelling was taken for, is not reported.
+            let follow_up = |p: &Vec<PathSeg>| removed.contains(p) || meant.contains(p);
+            if follow_up(&path) || follow_up(&e.path) || missing.as_ref().is_some_and(follow_up) {
+                break;
             }
+            let mut message = e.message.clone();
+            if let Some(s) = candidates_suggestion(&e.message) {
+                message.push_str(&format!("; did you mean {s:?}?"));
+                let mut m = path.clone();
+                m.pop();
+                m.push(PathSeg::Key(s));
+                meant.push(m);
+            }
+            let at = if comp.node.get(&path).is_some() { comp.locate(&path) } else { comp.locate(&e.path) };
+            let shown = if comp.node.get(&path).is_some() { &path } else { &e.path };
+            self.err(&at, format!("{key}{}", suffix(shown)), message);
+            if !retry || path.is_empty() || !remove(&mut settings, &path) {
+                break;
+            }
+            removed.push(path);
         }
+        // serde visits the keys in sorted order: list them in file order.
+        self.errors[first..].sort_by_key(|e| e.location.as_ref().map(|l| (l.line, l.column)));
     }
 
     /// Checks a list of ids: each defined (per `defined`) and listed once.

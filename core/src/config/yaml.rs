@@ -217,6 +217,168 @@ pub fn parse(file: &str, text: &str) -> Result<Node, Vec<ConfigError>> {
     }
 }
 
+/// What a secret is replaced with by [`redact`].
+pub const REDACTED: &str = "[REDACTED]";
+
+/// Keys whose value is a secret wherever they appear (compared case-insensitively): otelcol's
+/// `configopaque` settings (basic auth passwords, bearer tokens, client secrets, PEM keys) and
+/// Prometheus' `credentials` / `bearer_token`.
+const SECRET_KEYS: [&str; 13] = [
+    "password",
+    "token",
+    "bearer_token",
+    "client_secret",
+    "secret",
+    "api_key",
+    "apikey",
+    "credentials",
+    "key_pem",
+    "private_key",
+    "authorization",
+    "value",
+    "default_value",
+];
+
+/// Replaces every secret below `node` with [`REDACTED`]: the values of [`SECRET_KEYS`] (`value`
+/// and `default_value` only inside `headers`), every value of a `headers` map (otelcol's
+/// opaque header values) and the inline `htpasswd` of basicauth.
+pub fn redact(node: &mut Node) {
+    redact_in(node, false)
+}
+
+fn redact_in(node: &mut Node, in_headers: bool) {
+    let secret = |n: &mut Node| {
+        if !matches!(n.kind, NodeKind::Null) {
+            n.kind = NodeKind::Scalar { text: REDACTED.to_string(), plain: false };
+        }
+    };
+    match &mut node.kind {
+        NodeKind::Map(entries) => {
+            for (k, v) in entries {
+                let key = k.text.to_ascii_lowercase();
+                let header_values = key == "headers" && matches!(v.kind, NodeKind::Map(_));
+                if header_values {
+                    if let NodeKind::Map(hs) = &mut v.kind {
+                        hs.iter_mut().for_each(|(_, hv)| secret(hv));
+                    }
+                } else if key == "inline"
+                    || (SECRET_KEYS.contains(&key.as_str())
+                        && (in_headers || !matches!(key.as_str(), "value" | "default_value")))
+                {
+                    if matches!(v.kind, NodeKind::Scalar { .. }) {
+                        secret(v)
+                    } else {
+                        redact_in(v, in_headers || key == "headers")
+                    }
+                } else {
+                    redact_in(v, in_headers || key == "headers")
+                }
+            }
+        }
+        NodeKind::Seq(items) => items.iter_mut().for_each(|v| redact_in(v, in_headers)),
+        NodeKind::Scalar { .. } | NodeKind::Null => {}
+    }
+}
+
+/// Writes a tree as block-style YAML that loads back to the same configuration: plain scalars
+/// stay plain when that keeps their meaning, others are double-quoted, and `$` is written `$$`
+/// (the tree is already substituted).
+pub fn to_yaml(node: &Node) -> String {
+    let mut out = String::new();
+    match &node.kind {
+        NodeKind::Map(e) if !e.is_empty() => emit_map(e, 0, &mut out),
+        NodeKind::Seq(i) if !i.is_empty() => emit_seq(i, 0, &mut out),
+        _ => {
+            out.push_str(&inline(node));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn emit_map(entries: &[(Key, Node)], indent: usize, out: &mut String) {
+    for (k, v) in entries {
+        out.push_str(&" ".repeat(indent));
+        out.push_str(&scalar_text(&k.text, true));
+        out.push(':');
+        emit_value(v, indent, out);
+    }
+}
+
+fn emit_seq(items: &[Node], indent: usize, out: &mut String) {
+    for v in items {
+        out.push_str(&" ".repeat(indent));
+        out.push('-');
+        match &v.kind {
+            NodeKind::Map(e) if !e.is_empty() => {
+                let mut inner = String::new();
+                emit_map(e, indent + 2, &mut inner);
+                out.push(' ');
+                out.push_str(&inner[indent + 2..]);
+            }
+            NodeKind::Seq(i) if !i.is_empty() => {
+                let mut inner = String::new();
+                emit_seq(i, indent + 2, &mut inner);
+                out.push(' ');
+                out.push_str(&inner[indent + 2..]);
+            }
+            _ => {
+                out.push(' ');
+                out.push_str(&inline(v));
+                out.push('\n');
+            }
+        }
+    }
+}
+
+fn emit_value(v: &Node, indent: usize, out: &mut String) {
+    match &v.kind {
+        NodeKind::Map(e) if !e.is_empty() => {
+            out.push('\n');
+            emit_map(e, indent + 2, out);
+        }
+        NodeKind::Seq(i) if !i.is_empty() => {
+            out.push('\n');
+            emit_seq(i, indent + 2, out);
+        }
+        NodeKind::Null => out.push('\n'),
+        _ => {
+            out.push(' ');
+            out.push_str(&inline(v));
+            out.push('\n');
+        }
+    }
+}
+
+/// A scalar, null or empty collection on one line.
+fn inline(v: &Node) -> String {
+    match &v.kind {
+        NodeKind::Map(_) => "{}".into(),
+        NodeKind::Seq(_) => "[]".into(),
+        NodeKind::Null => "null".into(),
+        NodeKind::Scalar { text, plain } => scalar_text(text, *plain),
+    }
+}
+
+/// A scalar as written: plain when it was plain and reads back the same, else double-quoted.
+fn scalar_text(text: &str, plain: bool) -> String {
+    let text = text.replace('$', "$$");
+    if plain && plain_safe(&text) { text } else { serde_json::to_string(&text).unwrap_or_else(|_| format!("{text:?}")) }
+}
+
+/// Whether `s` can be written as a plain block scalar and read back as the same text.
+fn plain_safe(s: &str) -> bool {
+    let Some(first) = s.chars().next() else { return false };
+    let indicator =
+        "?:,[]{}#&*!|>'\"%@`".contains(first) || (first == '-' && (s.len() == 1 || s[1..].starts_with(' ')));
+    !indicator
+        && s.trim() == s
+        && !s.contains(": ")
+        && !s.ends_with(':')
+        && !s.contains(" #")
+        && !s.contains(['\n', '\r', '\t'])
+}
+
 /// Turns parser events into a [`Node`] tree.
 struct Builder<'a> {
     file: Arc<str>,

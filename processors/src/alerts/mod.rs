@@ -104,7 +104,7 @@ impl Default for AlertsConfig {
             group_by: ["gen_ai.request.model", "service.version", "service.instance.id", "detector", "slo"]
                 .map(String::from)
                 .to_vec(),
-            context: ["k8s.pod.name", "k8s.namespace.name"].map(String::from).to_vec(),
+            context: ["k8s.pod.name", "k8s.namespace.name", "k8s.node.name"].map(String::from).to_vec(),
             links: BTreeMap::new(),
             per_detector: BTreeMap::new(),
             max_alerts: 10_000,

@@ -28,8 +28,15 @@ use serde::Deserialize;
 use state::{Params, RestoreError, Skip, State};
 use std::time::Duration;
 
-/// Version of the checkpoint format written by [`LlmSignals`].
-pub const STATE_VERSION: u32 = 1;
+/// Version of the checkpoint format written by [`LlmSignals`] (2: group keys hold identity attributes).
+pub const STATE_VERSION: u32 = 2;
+
+/// Default `identity_attributes`: the pod identity `resourcedetection` / `k8s_attributes` set.
+pub const DEFAULT_IDENTITY: [&str; 3] = ["k8s.namespace.name", "k8s.pod.name", "k8s.node.name"];
+
+/// Output point attributes an identity attribute must not replace.
+const RESERVED: [&str; 5] =
+    ["gen_ai.request.model", "service.version", "service.instance.id", "source", "gen_ai.request.id"];
 
 /// Settings of `llm_signals`.
 #[derive(Debug, Clone, Deserialize)]
@@ -55,6 +62,9 @@ pub struct LlmSignalsConfig {
     pub tgi_model: String,
     /// Also emit one gauge point per request span and latency (`llm.request.ttft` …, default false).
     pub per_request: bool,
+    /// Resource attributes of the input copied onto every output point and part of its group
+    /// (default k8s.namespace.name, k8s.pod.name, k8s.node.name; at most 16).
+    pub identity_attributes: Vec<String>,
 }
 
 impl Default for LlmSignalsConfig {
@@ -70,6 +80,7 @@ impl Default for LlmSignalsConfig {
             model_attributes: vec!["gen_ai.response.model".into(), "gen_ai.request.model".into()],
             tgi_model: String::new(),
             per_request: false,
+            identity_attributes: DEFAULT_IDENTITY.map(String::from).to_vec(),
         }
     }
 }
@@ -116,6 +127,29 @@ impl LlmSignalsConfig {
                 message: "attribute names must not be empty".into(),
             });
         }
+        if self.identity_attributes.len() > 16 {
+            return Err(FieldError::at("identity_attributes", "at most 16 attributes"));
+        }
+        for (i, k) in self.identity_attributes.iter().enumerate() {
+            let problem = if k.is_empty() {
+                Some("attribute names must not be empty".to_string())
+            } else if RESERVED.contains(&k.as_str()) {
+                Some(format!("{k:?} is an attribute llm_signals sets itself"))
+            } else if self.identity_attributes[..i].contains(k) {
+                Some(format!("{k:?} is listed twice"))
+            } else {
+                None
+            };
+            if let Some(message) = problem {
+                return Err(FieldError {
+                    path: vec![
+                        inferwatch_core::component::PathSeg::Key("identity_attributes".into()),
+                        inferwatch_core::component::PathSeg::Index(i),
+                    ],
+                    message,
+                });
+            }
+        }
         Ok(Checked {
             params: Params {
                 window_ns,
@@ -129,6 +163,7 @@ impl LlmSignalsConfig {
                 attributes: self.model_attributes.clone(),
                 default_model: self.default_model.clone(),
                 tgi_model: self.tgi_model.clone(),
+                identity: self.identity_attributes.clone(),
             },
             per_request: self.per_request,
         })
@@ -236,7 +271,7 @@ impl LlmSignals {
 
     fn process_spans(&mut self, batch: &RecordBatch, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
         let reader = spans::SpanReader::new(batch)?.with_request_ids(self.cfg.per_request);
-        let mut resources = ResourceReader::new(batch)?;
+        let mut resources = ResourceReader::new(batch, &self.cfg.rules.identity)?;
         let times = inferwatch_core::arrow::time_column(batch)?;
         let mut results = Vec::new();
         let mut per_request = Emitter::default();
@@ -264,7 +299,7 @@ impl LlmSignals {
 
     fn process_scraped(&mut self, batch: &RecordBatch) -> Result<(), ConvError> {
         let reader = scraped::ScrapeReader::new(batch)?;
-        let mut resources = ResourceReader::new(batch)?;
+        let mut resources = ResourceReader::new(batch, &self.cfg.rules.identity)?;
         let mut results = Vec::new();
         for row in 0..batch.num_rows() {
             let Some((sample, tgi, own)) = reader.read(row)? else { continue };

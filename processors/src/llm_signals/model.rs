@@ -5,6 +5,8 @@
 //! `default_model` → resource `service.name` (unless the SDK default `unknown_service…`) →
 //! `"unknown"`. Version: resource `service.version`. Instance: resource `service.instance.id`,
 //! else `server.address[:server.port]` (as the prometheus receiver sets them), else empty.
+//! Identity: the resource attributes of `identity_attributes` present (`k8s.pod.name`, ...),
+//! copied onto the outputs so that a dashboard or an alert can say which pod.
 
 use arrow_array::{Array, MapArray, RecordBatch, StringArray, UInt32Array};
 use inferwatch_core::arrow::ConvError;
@@ -50,6 +52,8 @@ pub struct GroupKey {
     pub version: String,
     /// Instance (attribute `service.instance.id`).
     pub instance: String,
+    /// Identity resource attributes present (`k8s.pod.name`, ...), in `identity_attributes` order.
+    pub identity: Vec<(String, String)>,
 }
 
 impl GroupKey {
@@ -61,6 +65,9 @@ impl GroupKey {
             string_kv(schema::SERVICE_INSTANCE_ID, &self.instance),
             string_kv("source", self.source.as_str()),
         ]
+        .into_iter()
+        .chain(self.identity.iter().map(|(k, v)| string_kv(k, v)))
+        .collect()
     }
 }
 
@@ -95,6 +102,8 @@ pub struct ResourceInfo {
     pub version: String,
     /// `service.instance.id`, else `server.address[:server.port]`, else empty.
     pub instance: String,
+    /// The identity attributes present and not empty, in configuration order.
+    pub identity: Vec<(String, String)>,
 }
 
 /// The rules that name a group's model (from the configuration).
@@ -106,6 +115,8 @@ pub struct ModelRules {
     pub default_model: String,
     /// Model of TGI data that carries none (empty: none).
     pub tgi_model: String,
+    /// Resource attributes copied onto the outputs and part of the group (`k8s.pod.name`, ...).
+    pub identity: Vec<String>,
 }
 
 fn nonempty(s: &str) -> Option<&str> {
@@ -131,6 +142,7 @@ impl ModelRules {
             model: self.resolve(own, tgi, res),
             version: res.version.clone(),
             instance: res.instance.clone(),
+            identity: res.identity.clone(),
         }
     }
 }
@@ -164,12 +176,14 @@ pub struct ResourceReader<'a> {
     version: Option<&'a StringArray>,
     instance: Option<&'a StringArray>,
     attrs: Option<AttributesReader<'a>>,
+    identity: &'a [String],
     cache: Option<(u32, Rc<ResourceInfo>)>,
 }
 
 impl<'a> ResourceReader<'a> {
-    /// A reader over the resource columns of `batch` (metrics or spans schema).
-    pub fn new(batch: &'a RecordBatch) -> Result<Self, ConvError> {
+    /// A reader over the resource columns of `batch` (metrics or spans schema), reading the
+    /// `identity` resource attributes too.
+    pub fn new(batch: &'a RecordBatch, identity: &'a [String]) -> Result<Self, ConvError> {
         Ok(ResourceReader {
             index: opt_column(batch, schema::RESOURCE_INDEX)?,
             name: opt_column(batch, schema::SERVICE_NAME)?,
@@ -178,6 +192,7 @@ impl<'a> ResourceReader<'a> {
             attrs: opt_column::<MapArray>(batch, schema::RESOURCE_ATTRIBUTES)?
                 .map(AttributesReader::new)
                 .transpose()?,
+            identity,
             cache: None,
         })
     }
@@ -217,8 +232,11 @@ impl<'a> ResourceReader<'a> {
                 })
             })
             .unwrap_or_default();
+        let identity =
+            self.identity.iter().filter_map(|k| attr(k).filter(|v| !v.is_empty()).map(|v| (k.clone(), v))).collect();
         Ok(ResourceInfo {
             service_name,
+            identity,
             model: attr(MODEL_ATTRIBUTE).filter(|m| !m.is_empty()),
             version: typed(self.version, schema::SERVICE_VERSION).unwrap_or_default(),
             instance,
@@ -240,7 +258,12 @@ mod tests {
 
     #[test]
     fn model_resolution_order() {
-        let rules = ModelRules { attributes: vec![], default_model: "dflt".into(), tgi_model: "tgi-m".into() };
+        let rules = ModelRules {
+            attributes: vec![],
+            default_model: "dflt".into(),
+            tgi_model: "tgi-m".into(),
+            identity: vec![],
+        };
         let r = res(Some("res-m"), Some("svc"));
         assert_eq!(rules.resolve(Some("own"), true, &r), "own");
         assert_eq!(rules.resolve(Some(""), true, &r), "res-m");

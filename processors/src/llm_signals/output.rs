@@ -1,8 +1,8 @@
 //! The output metrics of `llm_signals`: names, units, and the derived export request.
 //!
 //! Every output goes under one resource (`service.name = inferwatch`) and one scope
-//! (`inferwatch.llm_signals`); the group's model, version, instance and source are point
-//! attributes. Metrics appear in [`Out`] order; within a metric, points are ordered by time,
+//! (`inferwatch.llm_signals`); the group's model, version, instance, source and identity
+//! attributes (`k8s.pod.name`, ... from the input's resource) are point attributes. Metrics appear in [`Out`] order; within a metric, points are ordered by time,
 //! then by group key.
 
 use super::hist::{FixedHist, Lat};

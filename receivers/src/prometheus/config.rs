@@ -2,6 +2,10 @@
 //! that static targets need, plus the `tgi` extension.
 
 use super::parse::Limits;
+use super::relabel::{RelabelConfig, Rule};
+use super::sd::file::FileSdConfig;
+use super::sd::http::HttpSdConfig;
+use super::sd::kubernetes::{KubernetesSdConfig, Role};
 use inferwatch_core::component::{FieldError, PathSeg, parse_config};
 use inferwatch_core::extension::client_auth::Secret;
 use inferwatch_core::settings::{GoDuration, TlsClientSettings};
@@ -99,7 +103,29 @@ pub struct ScrapeConfig {
     /// Fixed lists of targets.
     #[serde(default)]
     pub static_configs: Vec<StaticConfig>,
+    /// Target groups from files.
+    #[serde(default)]
+    pub file_sd_configs: Vec<FileSdConfig>,
+    /// Target groups from HTTP endpoints.
+    #[serde(default)]
+    pub http_sd_configs: Vec<HttpSdConfig>,
+    /// Targets from the Kubernetes API (roles pod and endpoints).
+    #[serde(default)]
+    pub kubernetes_sd_configs: Vec<KubernetesSdConfig>,
+    /// Relabeling of discovered targets, before the scrape.
+    #[serde(default)]
+    pub relabel_configs: Vec<RelabelConfig>,
+    /// Relabeling of scraped samples, before conversion.
+    #[serde(default)]
+    pub metric_relabel_configs: Vec<RelabelConfig>,
+    /// Most targets after relabeling (0: the agent's bound, [`MAX_TARGETS`]); more fail the job's
+    /// targets, as Prometheus does.
+    #[serde(default)]
+    pub target_limit: usize,
 }
+
+/// Most targets of one job when `target_limit` is 0.
+pub const MAX_TARGETS: usize = 10_000;
 
 /// `tls_config:` of a scrape (Prometheus' names).
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
@@ -348,6 +374,41 @@ pub struct Job {
     pub limits: Limits,
     /// Largest body read (`usize::MAX`: none).
     pub body_size_limit: usize,
+    /// Query parameters by name (the `__param_<name>` labels).
+    pub param_map: BTreeMap<String, Vec<String>>,
+    /// `relabel_configs`, compiled.
+    pub relabel: Vec<Rule>,
+    /// `metric_relabel_configs`, compiled.
+    pub metric_relabel: Vec<Rule>,
+    /// Discovery mechanisms (static targets are in `targets`).
+    pub discovery: Vec<Discovery>,
+    /// Most targets after relabeling.
+    pub target_limit: usize,
+}
+
+/// One checked discovery mechanism of a job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Discovery {
+    /// `file_sd_configs` entry.
+    File(FileSdConfig),
+    /// `http_sd_configs` entry: its URL and client.
+    Http {
+        /// Settings.
+        config: HttpSdConfig,
+        /// The endpoint.
+        url: reqwest::Url,
+        /// TLS and credentials.
+        client: ScrapeClient,
+    },
+    /// `kubernetes_sd_configs` entry.
+    Kubernetes {
+        /// Settings.
+        config: KubernetesSdConfig,
+        /// pod or endpoints.
+        role: Role,
+        /// TLS and credentials towards `api_server` (unused in-cluster).
+        client: ScrapeClient,
+    },
 }
 
 impl Job {
@@ -389,8 +450,49 @@ fn valid_label_name(s: &str) -> bool {
         && !s.starts_with("__")
 }
 
+/// The HTTP client settings of a scrape config or a discovery config, as written.
+pub struct ClientParts<'a> {
+    /// `tls_config`.
+    pub tls_config: &'a Option<ScrapeTlsConfig>,
+    /// `authorization`.
+    pub authorization: &'a Option<AuthorizationConfig>,
+    /// `basic_auth`.
+    pub basic_auth: &'a Option<BasicAuthConfig>,
+    /// `bearer_token`.
+    pub bearer_token: &'a Option<Secret>,
+    /// `bearer_token_file`.
+    pub bearer_token_file: &'a Option<String>,
+    /// `follow_redirects`.
+    pub follow_redirects: bool,
+}
+
 /// Checks and assembles a job's TLS, credentials and redirect settings.
 fn scrape_client(i: usize, sc: &ScrapeConfig) -> Result<ScrapeClient, FieldError> {
+    let parts = ClientParts {
+        tls_config: &sc.tls_config,
+        authorization: &sc.authorization,
+        basic_auth: &sc.basic_auth,
+        bearer_token: &sc.bearer_token,
+        bearer_token_file: &sc.bearer_token_file,
+        follow_redirects: sc.follow_redirects,
+    };
+    client_settings(&parts, &|rest: &[PathSeg], m: String| job_err(i, rest, m))
+}
+
+struct ErrAt<'a>(&'a dyn Fn(&[PathSeg], String) -> FieldError);
+
+impl ErrAt<'_> {
+    fn err(&self, rest: &[PathSeg], m: impl Into<String>) -> FieldError {
+        (self.0)(rest, m.into())
+    }
+}
+
+/// Checks client settings; errors are located by `err` (relative path, message).
+pub fn client_settings(
+    sc: &ClientParts<'_>,
+    job_err_at: &dyn Fn(&[PathSeg], String) -> FieldError,
+) -> Result<ScrapeClient, FieldError> {
+    let e = ErrAt(job_err_at);
     let mut out = ScrapeClient { follow_redirects: sc.follow_redirects, ..Default::default() };
     if let Some(t) = &sc.tls_config {
         let at = |k: &str| vec![key("tls_config"), key(k)];
@@ -404,18 +506,18 @@ fn scrape_client(i: usize, sc: &ScrapeConfig) -> Result<ScrapeClient, FieldError
         };
         if t.cert_file.is_some() != t.key_file.is_some() {
             let k = if t.cert_file.is_some() { "key_file" } else { "cert_file" };
-            return Err(job_err(i, &at(k), "cert_file and key_file must be set together"));
+            return Err(e.err(&at(k), "cert_file and key_file must be set together"));
         }
         inferwatch_core::tls::validate(&out.tls)
-            .map_err(|_| job_err(i, &at("server_name"), "not a DNS name or IP address"))?;
+            .map_err(|_| e.err(&at("server_name"), "not a DNS name or IP address"))?;
         match t.min_version.as_deref() {
             None | Some("TLS10" | "TLS11" | "TLS12") => {}
             Some("TLS13") if t.server_name.is_some() => {
-                return Err(job_err(i, &at("min_version"), "TLS13 together with server_name is not supported yet"));
+                return Err(e.err(&at("min_version"), "TLS13 together with server_name is not supported yet"));
             }
             Some("TLS13") => out.tls13_only = true,
             Some(other) => {
-                return Err(job_err(i, &at("min_version"), format!("unknown TLS version {other:?} (TLS12, TLS13)")));
+                return Err(e.err(&at("min_version"), format!("unknown TLS version {other:?} (TLS12, TLS13)")));
             }
         }
     }
@@ -424,12 +526,11 @@ fn scrape_client(i: usize, sc: &ScrapeConfig) -> Result<ScrapeClient, FieldError
         set.push("authorization");
         let scheme = a.kind.clone().unwrap_or_else(|| "Bearer".into());
         if scheme.eq_ignore_ascii_case("basic") {
-            return Err(job_err(i, &[key("authorization"), key("type")], "use basic_auth for Basic credentials"));
+            return Err(e.err(&[key("authorization"), key("type")], "use basic_auth for Basic credentials"));
         }
         out.credentials = Some(match (&a.credentials, &a.credentials_file) {
             (Some(_), Some(_)) | (None, None) => {
-                return Err(job_err(
-                    i,
+                return Err(e.err(
                     &[key("authorization"), key("credentials")],
                     "set exactly one of credentials and credentials_file",
                 ));
@@ -441,15 +542,13 @@ fn scrape_client(i: usize, sc: &ScrapeConfig) -> Result<ScrapeClient, FieldError
     if let Some(b) = &sc.basic_auth {
         set.push("basic_auth");
         if b.username.contains(':') {
-            return Err(job_err(i, &[key("basic_auth"), key("username")], "must not contain ':'"));
+            return Err(e.err(&[key("basic_auth"), key("username")], "must not contain ':'"));
         }
         out.credentials = Some(match (&b.password, &b.password_file) {
             (Some(_), Some(_)) => {
-                return Err(job_err(
-                    i,
-                    &[key("basic_auth"), key("password")],
-                    "set at most one of password and password_file",
-                ));
+                return Err(
+                    e.err(&[key("basic_auth"), key("password")], "set at most one of password and password_file")
+                );
             }
             (Some(p), None) => ScrapeCredentials::Basic { username: b.username.clone(), password: p.clone() },
             (None, Some(f)) => ScrapeCredentials::BasicFile { username: b.username.clone(), path: f.clone() },
@@ -458,7 +557,7 @@ fn scrape_client(i: usize, sc: &ScrapeConfig) -> Result<ScrapeClient, FieldError
     }
     match (&sc.bearer_token, &sc.bearer_token_file) {
         (Some(_), Some(_)) => {
-            return Err(job_err(i, &[key("bearer_token")], "set at most one of bearer_token and bearer_token_file"));
+            return Err(e.err(&[key("bearer_token")], "set at most one of bearer_token and bearer_token_file"));
         }
         (Some(t), None) => {
             set.push("bearer_token");
@@ -471,7 +570,82 @@ fn scrape_client(i: usize, sc: &ScrapeConfig) -> Result<ScrapeClient, FieldError
         (None, None) => {}
     }
     if set.len() > 1 {
-        return Err(job_err(i, &[key(set[1])], format!("{} and {} are mutually exclusive", set[0], set[1])));
+        return Err(e.err(&[key(set[1])], format!("{} and {} are mutually exclusive", set[0], set[1])));
+    }
+    Ok(out)
+}
+
+/// Compiles a job's relabel rules; errors name `<field>[k].<key>`.
+fn rules(i: usize, field: &str, raw: &[RelabelConfig]) -> Result<Vec<Rule>, FieldError> {
+    raw.iter()
+        .enumerate()
+        .map(|(k, r)| r.compile().map_err(|e| job_err(i, &[key(field), PathSeg::Index(k), key(e.field)], e.message)))
+        .collect()
+}
+
+/// Checks a job's discovery configs.
+fn discovery(i: usize, sc: &ScrapeConfig) -> Result<Vec<Discovery>, FieldError> {
+    let mut out = Vec::new();
+    for (k, f) in sc.file_sd_configs.iter().enumerate() {
+        f.check().map_err(|(idx, m)| {
+            let mut p = vec![key("file_sd_configs"), PathSeg::Index(k)];
+            match idx {
+                Some(x) => p.extend([key("files"), PathSeg::Index(x)]),
+                None if m.starts_with("refresh") => p.push(key("refresh_interval")),
+                None => p.push(key("files")),
+            }
+            job_err(i, &p, m)
+        })?;
+        out.push(Discovery::File(f.clone()));
+    }
+    for (k, h) in sc.http_sd_configs.iter().enumerate() {
+        let at = |rest: &[PathSeg]| {
+            let mut p = vec![key("http_sd_configs"), PathSeg::Index(k)];
+            p.extend_from_slice(rest);
+            p
+        };
+        let Some(u) = &h.url else {
+            return Err(job_err(i, &at(&[key("url")]), "url is required"));
+        };
+        let url = match reqwest::Url::parse(u) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some() => url,
+            _ => return Err(job_err(i, &at(&[key("url")]), format!("{u:?} is not an http(s) URL"))),
+        };
+        if matches!(h.refresh_interval, Some(d) if d.0.is_zero()) {
+            return Err(job_err(i, &at(&[key("refresh_interval")]), "must be greater than 0"));
+        }
+        let parts = ClientParts {
+            tls_config: &h.tls_config,
+            authorization: &h.authorization,
+            basic_auth: &h.basic_auth,
+            bearer_token: &h.bearer_token,
+            bearer_token_file: &h.bearer_token_file,
+            follow_redirects: h.follow_redirects,
+        };
+        let client = client_settings(&parts, &|rest: &[PathSeg], m: String| job_err(i, &at(rest), m))?;
+        out.push(Discovery::Http { config: h.clone(), url, client });
+    }
+    for (k, c) in sc.kubernetes_sd_configs.iter().enumerate() {
+        let at = |rest: &[PathSeg]| {
+            let mut p = vec![key("kubernetes_sd_configs"), PathSeg::Index(k)];
+            p.extend_from_slice(rest);
+            p
+        };
+        let role = c.check().map_err(|(path, m)| {
+            let rest: Vec<PathSeg> =
+                path.iter().map(|s| s.parse::<usize>().map_or_else(|_| key(s), PathSeg::Index)).collect();
+            job_err(i, &at(&rest), m)
+        })?;
+        let parts = ClientParts {
+            tls_config: &c.tls_config,
+            authorization: &c.authorization,
+            basic_auth: &c.basic_auth,
+            bearer_token: &c.bearer_token,
+            bearer_token_file: &c.bearer_token_file,
+            follow_redirects: c.follow_redirects,
+        };
+        let client = client_settings(&parts, &|rest: &[PathSeg], m: String| job_err(i, &at(rest), m))?;
+        out.push(Discovery::Kubernetes { config: c.clone(), role, client });
     }
     Ok(out)
 }
@@ -554,9 +728,16 @@ impl PrometheusConfig {
                     targets.push((addr, labels.clone()));
                 }
             }
-            if targets.is_empty() {
-                return Err(job_err(i, &[key("static_configs")], "the job has no targets"));
+            let discovery = discovery(i, sc)?;
+            if targets.is_empty() && discovery.is_empty() {
+                return Err(job_err(
+                    i,
+                    &[key("static_configs")],
+                    "the job has no targets (static_configs, file_sd_configs, http_sd_configs or kubernetes_sd_configs)",
+                ));
             }
+            let relabel = rules(i, "relabel_configs", &sc.relabel_configs)?;
+            let metric_relabel = rules(i, "metric_relabel_configs", &sc.metric_relabel_configs)?;
             let params = sc.params.iter().flat_map(|(k, vs)| vs.iter().map(move |v| (k.clone(), v.clone()))).collect();
             let job = Job {
                 name: sc.job_name.clone(),
@@ -580,6 +761,11 @@ impl PrometheusConfig {
                     Some(ByteSize(0)) => usize::MAX,
                     Some(ByteSize(n)) => usize::try_from(n).unwrap_or(usize::MAX),
                 },
+                param_map: sc.params.clone(),
+                relabel,
+                metric_relabel,
+                discovery,
+                target_limit: if sc.target_limit == 0 { MAX_TARGETS } else { sc.target_limit },
             };
             for (addr, _) in &job.targets {
                 job.target_url(addr).map_err(|m| job_err(i, &[key("static_configs")], m))?;

@@ -94,6 +94,7 @@ pub fn kv(key: &str, value: &str) -> KeyValue {
 pub struct Converter {
     target: Target,
     starts: StartTimes,
+    instance: Option<String>,
 }
 
 /// Samples of one family that share their labels (one series).
@@ -160,7 +161,18 @@ const CUMULATIVE: i32 = AggregationTemporality::Cumulative as i32;
 impl Converter {
     /// A converter with no history.
     pub fn new(target: Target) -> Self {
-        Converter { target, starts: StartTimes::new() }
+        Converter { target, starts: StartTimes::new(), instance: None }
+    }
+
+    /// A converter whose `service.instance.id` is `instance` (a relabeled `instance` label)
+    /// rather than the target's `host:port`.
+    pub fn with_instance(target: Target, instance: String) -> Self {
+        Converter { target, starts: StartTimes::new(), instance: Some(instance) }
+    }
+
+    /// The target's `instance` label.
+    pub fn instance(&self) -> String {
+        self.instance.clone().unwrap_or_else(|| self.target.instance())
     }
 
     /// The target.
@@ -208,7 +220,7 @@ impl Converter {
     pub fn request(&self, metrics: Vec<Metric>) -> ExportMetricsServiceRequest {
         ExportMetricsServiceRequest {
             resource_metrics: vec![ResourceMetrics {
-                resource: Some(self.target.resource()),
+                resource: Some(self.resource()),
                 scope_metrics: vec![ScopeMetrics {
                     scope: Some(InstrumentationScope {
                         name: SCOPE_NAME.into(),
@@ -221,6 +233,19 @@ impl Converter {
                 ..Default::default()
             }],
         }
+    }
+
+    /// The resource, with a relabeled instance where there is one.
+    fn resource(&self) -> Resource {
+        let mut r = self.target.resource();
+        if let Some(i) = &self.instance {
+            for a in &mut r.attributes {
+                if a.key == "service.instance.id" {
+                    *a = kv("service.instance.id", i);
+                }
+            }
+        }
+        r
     }
 
     /// Point attributes (sorted by key) for scraped `labels`.

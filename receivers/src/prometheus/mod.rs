@@ -27,11 +27,19 @@
 //!           static_configs:
 //!             - targets: ["127.0.0.1:8000"]
 //!               labels: { env: prod }
+//!           file_sd_configs: [{ files: [targets/*.json], refresh_interval: 5m }]
+//!           http_sd_configs: [{ url: "http://sd/targets", refresh_interval: 1m }]
+//!           kubernetes_sd_configs: [{ role: pod, namespaces: { names: [ml] } }]
+//!           relabel_configs: [...]      # Prometheus' relabel_config, every action
+//!           metric_relabel_configs: [...]
+//!           target_limit: 0             # 0: at most 10000
 //!     tgi:
 //!       model: ""                       # model of TGI targets; empty = each target's /info
 //! ```
 //!
-//! Each target has its own loop (`scrape.rs`); the first scrape happens at start. The
+//! Each target has its own loop (`scrape.rs`); the first scrape happens at start. Targets come
+//! from `static_configs` and discovery ([`sd`]), go through [`relabel`] in a per-job
+//! [`targets::Manager`], which starts and stops loops as the set changes. The
 //! exposition is parsed by a small hand-written line parser ([`parse`]): of the crates on
 //! crates.io, `prometheus-parse` is regex-based and knows neither OpenMetrics (`# EOF`,
 //! exemplars, `_created`, seconds timestamps) nor line numbers in its errors, while
@@ -45,11 +53,14 @@ pub mod adjust;
 pub mod config;
 pub mod convert;
 pub mod parse;
+pub mod relabel;
 mod scrape;
+pub mod sd;
+pub mod targets;
 pub mod tgi;
 
 use async_trait::async_trait;
-use config::{Job, PrometheusConfig, ScrapeCredentials};
+use config::{Discovery, Job, PrometheusConfig, ScrapeClient, ScrapeCredentials};
 use convert::{Converter, Target};
 use inferwatch_core::component::{
     ComponentError, ComponentId, CreateContext, FieldError, Receiver, ReceiverConsumers, ReceiverFactory,
@@ -58,6 +69,7 @@ use inferwatch_core::extension::client_auth::{FileSecret, SecretSource};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::telemetry::Telemetry;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -95,13 +107,14 @@ pub struct PrometheusReceiver {
     jobs: Vec<Job>,
     tgi_model: String,
     running: Option<(CancellationToken, Vec<JoinHandle<()>>)>,
+    active_loops: Arc<AtomicUsize>,
+    targets: Vec<Arc<AtomicUsize>>,
 }
 
-/// The TLS configuration of a job's scrapes.
-fn tls_config(job: &Job) -> Result<rustls::ClientConfig, String> {
+/// The TLS configuration of a client.
+fn tls_config(c: &ScrapeClient, https: bool) -> Result<rustls::ClientConfig, String> {
     use inferwatch_core::tls;
-    let c = &job.client;
-    if job.scheme != "https" {
+    if !https {
         return tls::plaintext_client_config().map_err(|e| e.to_string());
     }
     if !c.tls13_only {
@@ -140,13 +153,13 @@ fn redirect_policy(follow: bool) -> reqwest::redirect::Policy {
     })
 }
 
-/// The HTTP client of one job's scrapes (its TLS and redirect settings).
-fn client(job: &Job) -> Result<reqwest::Client, ComponentError> {
+/// An HTTP client with `c`'s TLS and redirect settings (`https`: TLS is configured).
+fn client(c: &ScrapeClient, https: bool, job: &str) -> Result<reqwest::Client, ComponentError> {
     let tls =
-        tls_config(job).map_err(|e| ComponentError::Start(format!("prometheus receiver, job {}: {e}", job.name)))?;
+        tls_config(c, https).map_err(|e| ComponentError::Start(format!("prometheus receiver, job {job}: {e}")))?;
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
-        .redirect(redirect_policy(job.client.follow_redirects))
+        .redirect(redirect_policy(c.follow_redirects))
         .no_proxy()
         .user_agent(concat!("inferwatch/", env!("CARGO_PKG_VERSION")))
         .tcp_nodelay(true)
@@ -214,13 +227,102 @@ impl PrometheusReceiver {
             jobs,
             tgi_model: config.tgi.model,
             running: None,
+            active_loops: Arc::new(AtomicUsize::new(0)),
+            targets: Vec::new(),
         })
     }
 
-    /// Number of targets (one scrape loop each).
+    /// Number of static targets.
     pub fn target_count(&self) -> usize {
         self.jobs.iter().map(|j| j.targets.len()).sum()
     }
+
+    /// Number of scrape loops running now (static and discovered targets; stopped loops leave it).
+    pub fn active_loops(&self) -> usize {
+        self.active_loops.load(Ordering::SeqCst)
+    }
+
+    /// Number of targets the job managers scrape now (after relabeling and `target_limit`).
+    pub fn active_targets(&self) -> usize {
+        self.targets.iter().map(|t| t.load(Ordering::SeqCst)).sum()
+    }
+}
+
+/// The auth of a client, from its checked credentials.
+fn auth_of(c: &ScrapeClient, job: &str) -> Result<Option<Arc<ScrapeAuth>>, ComponentError> {
+    match &c.credentials {
+        Some(cr) => Ok(Some(Arc::new(
+            ScrapeAuth::new(cr).map_err(|e| ComponentError::Start(format!("prometheus receiver, job {job}: {e}")))?,
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// Starts a job's discovery providers, each publishing into its slot.
+fn start_discovery(
+    job: &Job,
+    slots: &sd::Slots,
+    ctx: &sd::SdContext,
+    cancel: &CancellationToken,
+) -> Result<Vec<JoinHandle<()>>, ComponentError> {
+    let start_err = |m: String| ComponentError::Start(format!("prometheus receiver, job {}: {m}", job.name));
+    let mut tasks = Vec::new();
+    for (i, d) in job.discovery.iter().enumerate() {
+        let slot = slots.slot(i);
+        let (ctx, cancel) = (ctx.clone(), cancel.clone());
+        match d {
+            Discovery::File(f) => tasks.push(tokio::spawn(sd::file::run(f.clone(), slot, ctx, cancel))),
+            Discovery::Http { config, url, client: c } => {
+                let http = client(c, url.scheme() == "https", &job.name)?;
+                let auth = auth_of(c, &job.name)?;
+                tasks.push(tokio::spawn(sd::http::run(config.refresh(), url.clone(), http, auth, slot, ctx, cancel)));
+            }
+            Discovery::Kubernetes { config, role, client: c } => {
+                let (base, c) = match &config.api_server {
+                    Some(a) => (a.clone(), c.clone()),
+                    None => {
+                        let base = sd::kubernetes::in_cluster_url(
+                            std::env::var("KUBERNETES_SERVICE_HOST").ok(),
+                            std::env::var("KUBERNETES_SERVICE_PORT").ok(),
+                        )
+                        .map_err(start_err)?;
+                        let dir = sd::kubernetes::SERVICE_ACCOUNT_DIR;
+                        let c = ScrapeClient {
+                            tls: inferwatch_core::settings::TlsClientSettings {
+                                ca_file: Some(format!("{dir}/ca.crt")),
+                                ..Default::default()
+                            },
+                            credentials: Some(ScrapeCredentials::TokenFile {
+                                scheme: "Bearer".into(),
+                                path: format!("{dir}/token"),
+                            }),
+                            follow_redirects: true,
+                            tls13_only: false,
+                        };
+                        (base, c)
+                    }
+                };
+                let base = if base.ends_with('/') { base } else { format!("{base}/") };
+                let base = reqwest::Url::parse(&base).map_err(|e| start_err(format!("api_server: {e}")))?;
+                let conn = sd::kubernetes::ApiConn {
+                    client: client(&c, base.scheme() == "https", &job.name)?,
+                    auth: auth_of(&c, &job.name)?,
+                    base,
+                };
+                let namespaces = config.namespace_list().map_err(start_err)?;
+                tasks.push(tokio::spawn(sd::kubernetes::run(
+                    config.clone(),
+                    *role,
+                    conn,
+                    namespaces,
+                    slot,
+                    ctx,
+                    cancel,
+                )));
+            }
+        }
+    }
+    Ok(tasks)
 }
 
 #[async_trait]
@@ -233,54 +335,109 @@ impl Receiver for PrometheusReceiver {
             return Err(ComponentError::Start(format!("receiver {} is in no metrics pipeline", self.id)));
         };
         let cancel = CancellationToken::new();
+        // Stops what was already started if a later job fails to start.
+        let started = cancel.clone().drop_guard();
         let metrics = self.telemetry.receiver(&self.id, "http");
-        let mut loops = Vec::new();
+        let mut tasks: Vec<JoinHandle<()>> = Vec::new();
+        let mut counters = Vec::new();
         for job in &self.jobs {
-            let client = client(job)?;
-            let auth = match &job.client.credentials {
-                Some(c) => Some(Arc::new(
-                    ScrapeAuth::new(c)
-                        .map_err(|e| ComponentError::Start(format!("prometheus receiver, job {}: {e}", job.name)))?,
-                )),
-                None => None,
+            let auth = auth_of(&job.client, &job.name)?;
+            let https = client(&job.client, true, &job.name);
+            let plain = client(&job.client, false, &job.name)?;
+            let https = match (job.scheme.as_str(), https) {
+                ("https", Err(e)) => return Err(e),
+                (_, Ok(c)) => Some(c),
+                (_, Err(_)) => None,
             };
             if job.body_size_limit == usize::MAX {
                 tracing::warn!(receiver = %self.id, job = %job.name,
                     "body_size_limit is 0: a target's page is read whole, however large");
             }
-            for (addr, labels) in &job.targets {
-                let url = job.target_url(addr).map_err(ComponentError::Start)?;
-                let info_url = job.info_url(addr).map_err(ComponentError::Start)?;
-                let target = Target {
-                    job: job.name.clone(),
-                    addr: addr.clone(),
-                    scheme: job.scheme.clone(),
-                    labels: labels.clone(),
-                    honor_labels: job.honor_labels,
+            let slots = sd::Slots::new(job.discovery.len());
+            let ctx = sd::SdContext { job: job.name.clone(), telemetry: self.telemetry.clone() };
+            tasks.extend(start_discovery(job, &slots, &ctx, &cancel)?);
+            let static_groups = job
+                .targets
+                .iter()
+                .map(|(addr, labels)| sd::TargetGroup {
+                    source: "static".into(),
+                    targets: vec![std::collections::BTreeMap::from([("__address__".to_string(), addr.instance())])],
+                    labels: labels.iter().cloned().collect(),
+                })
+                .collect();
+            let job_arc = Arc::new(job.clone());
+            let metric_relabel = Arc::new(job.metric_relabel.clone());
+            let (id, consumer, telemetry, metrics, tgi_model, active) = (
+                self.id.clone(),
+                consumer.clone(),
+                self.telemetry.clone(),
+                metrics.clone(),
+                self.tgi_model.clone(),
+                self.active_loops.clone(),
+            );
+            let j = job_arc.clone();
+            let spawn: targets::Spawn = Box::new(move |t: &targets::ScrapeTarget, cancel: CancellationToken| {
+                let http = if t.scheme == "https" {
+                    match &https {
+                        Some(c) => c.clone(),
+                        None => {
+                            tracing::warn!(job = %j.name, target = %t.url, "no TLS client for an https target; not scraped");
+                            return None;
+                        }
+                    }
+                } else {
+                    plain.clone()
                 };
-                loops.push(scrape::ScrapeLoop {
-                    id: self.id.clone(),
-                    url,
-                    info_url,
-                    interval: job.interval,
-                    timeout: job.timeout,
-                    converter: Converter::new(target),
-                    client: client.clone(),
+                let target = Target {
+                    job: if t.job.is_empty() { j.name.clone() } else { t.job.clone() },
+                    addr: t.addr.clone(),
+                    scheme: t.scheme.clone(),
+                    labels: t.labels.clone(),
+                    honor_labels: j.honor_labels,
+                };
+                let lp = scrape::ScrapeLoop {
+                    id: id.clone(),
+                    url: t.url.clone(),
+                    info_url: t.info_url.clone(),
+                    interval: t.interval,
+                    timeout: t.timeout,
+                    converter: Converter::with_instance(target, t.instance.clone()),
+                    client: http,
                     auth: auth.clone(),
-                    // job and instance, the static labels, and the resource's service labels are not
-                    // counted: Prometheus counts the target's labels, which are `job`, `instance` and these.
-                    limits: parse::Limits { base_labels: 2 + labels.len(), ..job.limits },
-                    body_size_limit: job.body_size_limit,
+                    // job and instance and the target's other labels are not counted as scraped
+                    // labels: Prometheus counts the target's labels, which are these.
+                    limits: parse::Limits { base_labels: 2 + t.labels.len(), ..j.limits },
+                    body_size_limit: j.body_size_limit,
                     consumer: consumer.clone(),
-                    telemetry: self.telemetry.clone(),
+                    telemetry: telemetry.clone(),
                     metrics: metrics.clone(),
-                    tgi_model: self.tgi_model.clone(),
-                    cancel: cancel.clone(),
-                });
-            }
+                    tgi_model: tgi_model.clone(),
+                    cancel,
+                    metric_relabel: metric_relabel.clone(),
+                };
+                let guard = targets::LoopGuard::new(active.clone());
+                Some(tokio::spawn(async move {
+                    let _guard = guard;
+                    lp.run().await
+                }))
+            });
+            let count = Arc::new(AtomicUsize::new(0));
+            counters.push(count.clone());
+            let manager = targets::Manager {
+                job: job_arc,
+                static_groups,
+                slots,
+                spawn,
+                telemetry: self.telemetry.clone(),
+                targets: count,
+                cancel: cancel.clone(),
+            };
+            tasks.push(tokio::spawn(manager.run()));
         }
-        let tasks: Vec<JoinHandle<()>> = loops.into_iter().map(|l| tokio::spawn(l.run())).collect();
-        tracing::info!(receiver = %self.id, jobs = self.jobs.len(), targets = tasks.len(), "prometheus receiver scraping");
+        self.targets = counters;
+        tracing::info!(receiver = %self.id, jobs = self.jobs.len(), static_targets = self.target_count(),
+            "prometheus receiver started");
+        started.disarm();
         self.running = Some((cancel, tasks));
         Ok(())
     }

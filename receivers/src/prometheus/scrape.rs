@@ -239,6 +239,8 @@ pub(crate) struct ScrapeLoop {
     pub tgi_model: String,
     /// Set when the receiver stops.
     pub cancel: CancellationToken,
+    /// `metric_relabel_configs`, applied to the parsed samples before conversion.
+    pub metric_relabel: Arc<Vec<super::relabel::Rule>>,
 }
 
 /// Per-loop state that is not configuration.
@@ -297,7 +299,7 @@ impl ScrapeLoop {
         };
         let duration = started.elapsed();
         let result = match fetched {
-            Ok((body, format)) => match parse_bytes_limited(&body, format, &self.limits) {
+            Ok((body, format)) => match self.parse(&body, format) {
                 Ok(expo) => {
                     let extra = if tgi::is_tgi(&expo) {
                         self.tgi_model(st).await.map(|m| vec![("model_name".to_string(), m)]).unwrap_or_default()
@@ -327,7 +329,7 @@ impl ScrapeLoop {
             Err(e) => {
                 let reason = e.reason();
                 let job = &self.converter.target().job;
-                self.telemetry.scrape_failures(job, &self.converter.target().instance(), reason).inc();
+                self.telemetry.scrape_failures(job, &self.converter.instance(), reason).inc();
                 if st.health != Health::Down(reason) {
                     tracing::warn!(receiver = %self.id, job = %job, reason, error = %e,
                         "scrape failed; up = 0, retrying every {:?}", self.interval);
@@ -340,6 +342,32 @@ impl ScrapeLoop {
             }
         };
         Payload::Metrics(self.converter.request(metrics))
+    }
+
+    /// Parses under the limits, then applies `metric_relabel_configs`. With relabel rules,
+    /// `sample_limit` counts the samples that are kept, as in Prometheus (the body size bounds
+    /// the parse); the label limits are checked on the scraped labels.
+    fn parse<'b>(
+        &self,
+        body: &'b [u8],
+        format: super::parse::Format,
+    ) -> Result<super::parse::Exposition<'b>, ParseFailure> {
+        if self.metric_relabel.is_empty() {
+            return parse_bytes_limited(body, format, &self.limits);
+        }
+        let limits = Limits { sample_limit: 0, ..self.limits };
+        let mut expo = parse_bytes_limited(body, format, &limits)?;
+        super::relabel::relabel_exposition(&mut expo, &self.metric_relabel);
+        let n = expo.sample_count();
+        if self.limits.sample_limit > 0 && n > self.limits.sample_limit {
+            let line =
+                expo.families.iter().flat_map(|f| f.samples.iter()).nth(self.limits.sample_limit).map_or(0, |s| s.line);
+            return Err(ParseFailure::Limit {
+                line,
+                limit: LimitExceeded::Samples { limit: self.limits.sample_limit },
+            });
+        }
+        Ok(expo)
     }
 
     /// The model of this TGI target: configured, cached, or asked from `/info`.

@@ -156,13 +156,23 @@ class Recorder:
         self.wait_items("traces", n, timeout)
 
     def wait_span_ids(self, ids, timeout: float = 30.0) -> None:
-        want = set(ids)
+        missing = set(ids)
+        wanted, seen = len(missing), 0
 
+        # Incremental: each check reads only the attempts recorded since the last one (the check
+        # runs under the recorder's lock, so a rescan of millions of spans would stall the sink).
         def have() -> bool:
-            got = {s.span_id for a in self.attempts if a.ok and a.signal == "traces" for _, _, s in otlp.iter_spans(a.request)}
-            return want <= got
+            nonlocal seen
+            new, seen = self.attempts[seen:], len(self.attempts)
+            for a in new:
+                if a.ok and a.signal == "traces":
+                    missing.difference_update(s.span_id for _, _, s in otlp.iter_spans(a.request))
+            return not missing
 
-        self.wait_for(have, timeout, f"{len(want)} specific span ids")
+        try:
+            self.wait_for(have, timeout, f"{wanted} specific span ids")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; {len(missing)} of them still missing") from None
 
     def _items_unlocked(self, signal: str) -> int:
         return sum(a.items for a in self.attempts if a.ok and a.signal == signal)

@@ -1,0 +1,3 @@
+//! Every integration test of this crate in one test binary (one link instead of one per file).
+mod nab_score;
+mod scenario_score;

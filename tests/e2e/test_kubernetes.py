@@ -1,0 +1,458 @@
+"""The Kubernetes manifests (deploy/kubernetes): a kustomize base and the overlays sidecar,
+node-agent and gateway, checked with the real tools and the real binary.
+
+- `kubectl kustomize` renders every overlay (skipped when kubectl is missing, failed under CI);
+- the agent's pod in each: probes on health_check, listeners on 0.0.0.0, non-root, read-only
+  root, no capabilities, RuntimeDefault seccomp, a writable state volume, requests and limits
+  (memory_limiter below the limit), the settings ConfigMap through envFrom, the Downward API
+  identity, monitors whose ports exist;
+- checkov's Kubernetes (and Dockerfile) checks pass on the rendered objects, every skip is a
+  `checkov.io/skip` annotation with its justification, and a weakened copy fails (so the scan is
+  live);
+- every pipeline ConfigMap passes `inferwatch validate` with exactly the environment its pod
+  gets (envFrom + env + Downward API), nothing else;
+- the PrometheusRule's groups pass `promtool check rules` and keep the groups of
+  deploy/prometheus/inferwatch-rules.yml unchanged;
+- "pod on a box": the rendered sidecar config runs as a local process with the pod's
+  environment (listeners moved to free ports on 127.0.0.1) beside `inferwatch sim` serving the
+  manifest's model, under `inferwatch bench` load; k8s.pod.name / namespace / node reach the
+  golden-signal series it exports and the spans it passes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from support.agent import Ports, free_port, parse_openmetrics
+from support.sim import FAST_ANSWERS, FAST_GPU, sim_bin, sims  # noqa: F401 (fixtures)
+
+REPO = Path(__file__).resolve().parents[2]
+K8S = REPO / "deploy" / "kubernetes"
+ROLES = ("sidecar", "node-agent", "gateway")
+CI = os.environ.get("CI") == "true"
+AGENT = "inferwatch"          # the agent's container name in every role
+STATE_DIR = "/var/lib/inferwatch/state"
+DOWNWARD_ENV = ("K8S_POD_NAME", "K8S_NAMESPACE_NAME", "K8S_NODE_NAME", "K8S_POD_UID", "K8S_CONTAINER_NAME")
+# What the kubelet would put in the Downward API fields of a pod of the sidecar Deployment.
+POD = {"metadata.name": "vllm-5d8f7c9b6-x2k9q", "spec.nodeName": "gpu-node-7",
+       "metadata.uid": "3f1c2b9e-8d4a-4e4b-9a57-0c2d1e6f7a88"}
+EXPECTED_KINDS = {
+    "sidecar": {"Namespace", "ConfigMap", "Deployment", "Service", "PodMonitor", "PrometheusRule", "NetworkPolicy"},
+    "node-agent": {"Namespace", "ConfigMap", "DaemonSet", "Service", "PodMonitor", "PrometheusRule", "NetworkPolicy",
+                   "ServiceAccount", "ClusterRole", "ClusterRoleBinding"},
+    "gateway": {"Namespace", "ConfigMap", "Deployment", "Service", "ServiceMonitor", "PrometheusRule", "NetworkPolicy",
+                "PodDisruptionBudget"},
+}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+# Golden-signal families (llm_signals; docs/llm-signals.md) the sidecar's exporter must carry the
+# pod identity on: from the spans (TTFT, e2e), the request rate, and from the scrape (KV cache).
+GOLDEN = ("llm_ttft_p95", "llm_e2e_p95", "llm_request_rate", "llm_kv_cache_usage", "llm_requests_running")
+
+
+def tool(name: str, *candidates: Path | str | None) -> str:
+    """The path of a tool: the first existing candidate, else PATH; skip (fail under CI=true) without it."""
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return str(c)
+    found = shutil.which(name)
+    if found:
+        return found
+    msg = f"{name} is not installed (see docs/kubernetes.md, 'Checking the manifests')"
+    if CI:
+        pytest.fail(msg + "; CI=true requires it", pytrace=False)
+    pytest.skip(msg)
+
+
+def kubectl() -> str:
+    return tool("kubectl")
+
+
+def checkov() -> str:
+    # checkov pins packaging<24, which pytest 9 cannot use: it lives in a venv of its own.
+    return tool("checkov", os.environ.get("CHECKOV"), REPO / ".venv" / "checkov" / "bin" / "checkov")
+
+
+def promtool() -> str:
+    return tool("promtool")
+
+
+def render(role: str) -> tuple[str, list[dict]]:
+    r = subprocess.run([kubectl(), "kustomize", str(K8S / "overlays" / role)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, f"kubectl kustomize overlays/{role}:\n{r.stderr}"
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    return r.stdout, docs
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, tuple[str, list[dict]]]:
+    return {role: render(role) for role in ROLES}
+
+
+# --- reading the rendered objects ------------------------------------------------------------
+
+
+def objects(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict], kind: str, name: str) -> dict:
+    found = [d for d in objects(docs, kind) if d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found among {[d['metadata']['name'] for d in objects(docs, kind)]}"
+    return found[0]
+
+
+def agent_workload(docs: list[dict]) -> tuple[dict, dict, dict]:
+    """(workload, pod spec, agent container) of the workload that runs the agent."""
+    found = []
+    for d in docs:
+        if d["kind"] in ("Deployment", "DaemonSet", "StatefulSet"):
+            spec = d["spec"]["template"]["spec"]
+            found += [(d, spec, c) for c in spec["containers"] if c["name"] == AGENT]
+    assert len(found) == 1, f"{len(found)} workloads with a container named {AGENT}"
+    return found[0]
+
+
+def mib(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
+    for u, f in units.items():
+        if quantity.endswith(u):
+            return float(quantity[: -len(u)]) * f
+    return float(quantity) / (1 << 20)
+
+
+def pod_env(docs: list[dict], workload: dict, container: dict) -> dict[str, str]:
+    """The environment the kubelet gives `container`: envFrom ConfigMaps, then env (Downward API
+    fields from POD, the namespace from the object)."""
+    env: dict[str, str] = {}
+    for src in container.get("envFrom", []):
+        ref = src["configMapRef"]["name"]
+        env.update({k: str(v) for k, v in one(docs, "ConfigMap", ref).get("data", {}).items()})
+    fields = dict(POD, **{"metadata.namespace": workload["metadata"]["namespace"]})
+    for e in container.get("env", []):
+        if "value" in e:
+            env[e["name"]] = str(e["value"])
+        else:
+            path = e["valueFrom"]["fieldRef"]["fieldPath"]
+            assert path in fields, f"env {e['name']}: Downward API field {path} not emulated here"
+            env[e["name"]] = fields[path]
+    return env
+
+
+def pipeline_text(docs: list[dict], spec: dict, container: dict) -> str:
+    """The pipeline config the container runs: the ConfigMap mounted where --config points."""
+    args = container.get("args", [])
+    assert "--config" in args, args
+    path = Path(args[args.index("--config") + 1])
+    mount = next(m for m in container["volumeMounts"] if Path(m["mountPath"]) == path.parent)
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    return one(docs, "ConfigMap", volume["configMap"]["name"])["data"][path.name]
+
+
+# --- rendering and the shape of the pods ----------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_overlay_renders_every_object_in_the_namespace(rendered, role):
+    _, docs = rendered[role]
+    kinds = {d["kind"] for d in docs}
+    assert kinds == EXPECTED_KINDS[role], f"missing {EXPECTED_KINDS[role] - kinds}, unexpected {kinds - EXPECTED_KINDS[role]}"
+    for d in docs:
+        if d["kind"] not in CLUSTER_SCOPED:
+            assert d["metadata"].get("namespace") == "inferwatch", f"{d['kind']}/{d['metadata']['name']}"
+    # The settings reach the agent by envFrom (the reference follows the generated name).
+    _, _, c = agent_workload(docs)
+    refs = [s["configMapRef"]["name"] for s in c.get("envFrom", [])]
+    if role != "gateway":
+        assert any(r.startswith("inferwatch-settings-") for r in refs), refs
+        settings = one(docs, "ConfigMap", next(r for r in refs if r.startswith("inferwatch-settings-")))["data"]
+        assert settings["ALERTMANAGER_URL"].startswith("http"), settings
+        for k in ("SLO_TTFT_P95", "SLO_TPOT_P95", "SLO_E2E_P99", "SLO_LATENCY_TARGET", "SLO_ERROR_TARGET"):
+            assert settings[k], k
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_agent_pod_is_hardened_probed_and_sized(rendered, role):
+    _, docs = rendered[role]
+    workload, spec, c = agent_workload(docs)
+    psc = spec["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] >= 10000
+    assert psc["seccompProfile"]["type"] == "RuntimeDefault"
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add")
+    assert not spec.get("hostNetwork") and not spec.get("hostPID") and not sc.get("privileged")
+
+    env = pod_env(docs, workload, c)
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    # Listeners the kubelet and Prometheus reach are on all interfaces, on the declared ports.
+    for var, port in (("INFERWATCH_HEALTH_ENDPOINT", "health"), ("INFERWATCH_METRICS_ADDRESS", "self-metrics"),
+                      ("INFERWATCH_PROMETHEUS_ENDPOINT", "signals")):
+        assert env[var] == f"0.0.0.0:{ports[port]}", (var, env[var])
+    if role == "sidecar":   # OTLP only from vLLM, on the pod's localhost
+        assert env["INFERWATCH_GRPC_ENDPOINT"].startswith("127.0.0.1:")
+    else:
+        assert env["INFERWATCH_GRPC_ENDPOINT"] == f"0.0.0.0:{ports['otlp-grpc']}"
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = c[probe]["httpGet"]
+        assert get["path"] == "/" and ports.get(get["port"], get["port"]) == ports["health"], (probe, get)
+
+    # State (checkpoints + sending queue) on a writable volume, the config read-only.
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert env["INFERWATCH_STATE_DIR"] == STATE_DIR and STATE_DIR in mounts
+    vol = next(v for v in spec["volumes"] if v["name"] == mounts[STATE_DIR]["name"])
+    assert "emptyDir" in vol or "persistentVolumeClaim" in vol, vol
+    assert not mounts[STATE_DIR].get("readOnly")
+    assert mounts["/etc/inferwatch"]["readOnly"] is True
+
+    res = c["resources"]
+    for k in ("cpu", "memory"):
+        assert k in res["requests"] and k in res["limits"], res
+    limit = mib(res["limits"]["memory"])
+    # memory_limiter refuses before the kernel kills: its hard limit stays below the container's.
+    assert int(env["INFERWATCH_MEMORY_LIMIT_MIB"]) <= 0.85 * limit, (env["INFERWATCH_MEMORY_LIMIT_MIB"], limit)
+    assert mib(res["requests"]["memory"]) <= limit
+
+    # Identity: the sidecar's pod is the data's pod; the node agent only adds its node.
+    if role == "sidecar":
+        assert set(DOWNWARD_ENV) <= env.keys()
+        assert env["K8S_POD_NAME"] == POD["metadata.name"] and env["K8S_CONTAINER_NAME"] == AGENT
+        assert env["K8S_NAMESPACE_NAME"] == "inferwatch" and env["K8S_NODE_NAME"] == POD["spec.nodeName"]
+        vllm = next(x for x in spec["containers"] if x["name"] == "vllm")
+        assert "--otlp-traces-endpoint=grpc://" + env["INFERWATCH_GRPC_ENDPOINT"] in vllm["args"]
+        assert env["VLLM_METRICS_TARGET"] == f"127.0.0.1:{vllm['ports'][0]['containerPort']}"
+    if role == "node-agent":
+        assert env["K8S_NODE_NAME"] == POD["spec.nodeName"] and "K8S_POD_NAME" not in env
+        # NVML as dcgm-exporter gets it: the nvidia runtime with every GPU visible, no GPU claimed.
+        assert spec["runtimeClassName"] == "nvidia"
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and "utility" in env["NVIDIA_DRIVER_CAPABILITIES"]
+        assert "nvidia.com/gpu" not in res["limits"] and "nvidia.com/gpu" not in res["requests"]
+        assert spec["serviceAccountName"] == "inferwatch-node-agent"
+        role_rules = one(docs, "ClusterRole", "inferwatch-node-agent")["rules"]
+        assert role_rules == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+        svc = one(docs, "Service", "inferwatch-node-agent")
+        assert svc["spec"]["internalTrafficPolicy"] == "Local"
+    if role == "gateway":
+        svc = one(docs, "Service", "inferwatch-gateway")
+        assert svc["spec"]["clusterIP"] == "None"
+        assert workload["spec"]["replicas"] >= 2
+
+    # Every monitor scrapes named ports the selected pods have, with the rules' job names.
+    monitors = objects(docs, "PodMonitor") + objects(docs, "ServiceMonitor")
+    assert monitors
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    for m in monitors:
+        sel = m["spec"]["selector"]["matchLabels"]
+        if m["kind"] == "PodMonitor":
+            assert sel.items() <= labels.items(), (sel, labels)
+            endpoints, have = m["spec"]["podMetricsEndpoints"], set(ports)
+        else:
+            svc = next(s for s in objects(docs, "Service") if sel.items() <= s["metadata"].get("labels", {}).items())
+            assert svc["spec"]["selector"].items() <= labels.items()
+            endpoints, have = m["spec"]["endpoints"], {p["name"] for p in svc["spec"]["ports"]}
+        jobs = set()
+        for ep in endpoints:
+            assert ep["port"] in have, (m["metadata"]["name"], ep["port"], have)
+            jobs |= {r["replacement"] for r in ep.get("relabelings", []) if r.get("targetLabel") == "job"}
+        assert jobs == {"inferwatch-signals", "inferwatch-self"}, jobs
+
+
+# --- checkov ------------------------------------------------------------------------------------
+
+
+def skip_annotations(docs: list[dict]) -> dict[tuple[str, str], str]:
+    """{(object name, check id): justification} of every checkov.io/skip* annotation."""
+    out = {}
+    for d in docs:
+        for k, v in (d["metadata"].get("annotations") or {}).items():
+            if k.startswith("checkov.io/skip"):
+                check, _, why = v.partition("=")
+                out[(d["metadata"]["name"], check.strip())] = why.strip()
+    return out
+
+
+def test_checkov_passes_every_overlay_with_each_skip_justified(rendered, tmp_path):
+    scan = tmp_path / "scan"
+    scan.mkdir()
+    for role in ROLES:
+        (scan / f"{role}.yaml").write_text(rendered[role][0])
+    shutil.copy(REPO / "deploy" / "Dockerfile", scan / "Dockerfile")
+    # A weakened sidecar: the agent's root filesystem writable. The scan must catch it.
+    docs = rendered["sidecar"][1]
+    weak = json.loads(json.dumps(docs))
+    _, _, c = agent_workload(weak)
+    c["securityContext"]["readOnlyRootFilesystem"] = False
+    (scan / "weakened.yaml").write_text(yaml.safe_dump_all(weak))
+
+    r = subprocess.run([checkov(), "-d", str(scan), "--framework", "kubernetes", "dockerfile", "--skip-download",
+                        "--soft-fail", "-o", "json"], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    reports = json.loads(r.stdout)
+    reports = reports if isinstance(reports, list) else [reports]
+    assert {x["check_type"] for x in reports} == {"kubernetes", "dockerfile"}, [x.get("check_type") for x in reports]
+    failed, skipped, passed = [], [], 0
+    for rep in reports:
+        res = rep["results"]
+        failed += res["failed_checks"]
+        skipped += res["skipped_checks"]
+        passed += len(res["passed_checks"])
+    weak_failures = {f["check_id"] for f in failed if f["file_path"].endswith("weakened.yaml")}
+    assert "CKV_K8S_22" in weak_failures, f"checkov did not flag a writable root filesystem: {weak_failures}"
+    real = [f"{f['file_path']}: {f['check_id']} {f['check_name']} ({f['resource']})" for f in failed
+            if not f["file_path"].endswith("weakened.yaml")]
+    assert not real, "checkov failures:\n" + "\n".join(real)
+    assert passed > 200
+
+    # Every skip is an annotation on the object it skips, with a justification, and none is unused.
+    annotated = {}
+    for role in ROLES:
+        annotated.update({(role, *k): v for k, v in skip_annotations(rendered[role][1]).items()})
+    used = set()
+    for s in skipped:
+        path = s["file_path"]
+        if path.endswith("weakened.yaml"):
+            continue
+        if path.endswith("Dockerfile"):
+            assert s["check_result"].get("suppress_comment"), s
+            continue
+        role = Path(path).stem
+        name = s["resource"].split(".")[2]       # Kind.namespace.name
+        key = (role, name, s["check_id"])
+        assert key in annotated, f"skip {key} has no checkov.io/skip annotation"
+        assert len(annotated[key]) > 20, f"skip {key} lacks a justification: {annotated[key]!r}"
+        used.add(key)
+    assert used == set(annotated), f"annotations checkov did not use: {set(annotated) - used}"
+
+
+# --- the pipelines in the ConfigMaps ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_pipeline_configmap_validates_with_the_pods_environment(rendered, role, inferwatch_bin, tmp_path):
+    _, docs = rendered[role]
+    workload, spec, c = agent_workload(docs)
+    cfg = tmp_path / f"{role}.yaml"
+    cfg.write_text(pipeline_text(docs, spec, c))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **pod_env(docs, workload, c)}
+    r = subprocess.run([inferwatch_bin, "validate", "--config", str(cfg)], capture_output=True, text=True, timeout=60,
+                       env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, f"overlays/{role} pipeline ConfigMap:\n{r.stdout}{r.stderr}"
+    assert "configuration is valid" in r.stdout
+
+
+# --- the PrometheusRule -----------------------------------------------------------------------
+
+
+def test_prometheus_rule_passes_promtool_and_keeps_the_shipped_rules(rendered, tmp_path):
+    rules = {role: one(docs, "PrometheusRule", "inferwatch") for role, (_, docs) in rendered.items()}
+    first = rules["sidecar"]["spec"]
+    assert all(r["spec"] == first for r in rules.values()), "the roles render different rules"
+    f = tmp_path / "rules.yml"
+    f.write_text(yaml.safe_dump({"groups": first["groups"]}, sort_keys=False))
+    r = subprocess.run([promtool(), "check", "rules", str(f)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    n = sum(len(g["rules"]) for g in first["groups"])
+    assert f"SUCCESS: {n} rules found" in r.stdout + r.stderr, r.stdout + r.stderr
+    shipped = yaml.safe_load((REPO / "deploy" / "prometheus" / "inferwatch-rules.yml").read_text())["groups"]
+    by_name = {g["name"]: g for g in first["groups"]}
+    for g in shipped:
+        assert by_name.get(g["name"]) == g, f"group {g['name']} differs from deploy/prometheus/inferwatch-rules.yml"
+    extra = [g["name"] for g in first["groups"] if g["name"] not in {s["name"] for s in shipped}]
+    assert extra == ["inferwatch-kubernetes"], extra
+
+
+# --- pod on a box -----------------------------------------------------------------------------
+
+
+def wait_for(what: str, pred, timeout: float):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(0.2)  # polling interval, not synchronisation
+    raise AssertionError(f"{what} within {timeout}s (last: {last!r})")
+
+
+def test_sidecar_pod_on_a_box_puts_the_pod_identity_on_the_golden_signals(
+        rendered, agents, grpc_sink, sims, sim_bin, tmp_path):
+    _, docs = rendered["sidecar"]
+    workload, spec, c = agent_workload(docs)
+    env = pod_env(docs, workload, c)
+    vllm = next(x for x in spec["containers"] if x["name"] == "vllm")
+    vllm_env = {e["name"]: e["value"] for e in vllm["env"] if "value" in e}
+    model = next(a.split("=", 1)[1] for a in vllm["args"] if a.startswith("--served-model-name="))
+
+    ports, prom_port = Ports(), free_port()
+    sink = grpc_sink()
+    sim = sims("vllm", "--served-model-name", model, "--otlp-traces-endpoint", f"grpc://{ports.grpc_endpoint}",
+               "--otlp-batch-delay-ms", "100", config={**FAST_ANSWERS, "engine": {"gpu": FAST_GPU}},
+               env={"OTEL_RESOURCE_ATTRIBUTES": vllm_env["OTEL_RESOURCE_ATTRIBUTES"]})
+    # The pod's environment, with the listeners moved from the pod's ports to free local ones,
+    # the state on a temp dir, short windows, and the spans passed on to a local OTLP sink.
+    env.update({
+        "INFERWATCH_GRPC_ENDPOINT": ports.grpc_endpoint, "INFERWATCH_HTTP_ENDPOINT": f"127.0.0.1:{ports.http}",
+        "INFERWATCH_HEALTH_ENDPOINT": f"127.0.0.1:{ports.health}",
+        "INFERWATCH_METRICS_ADDRESS": f"127.0.0.1:{ports.metrics}",
+        "INFERWATCH_PROMETHEUS_ENDPOINT": f"127.0.0.1:{prom_port}", "INFERWATCH_STATE_DIR": str(tmp_path / "state"),
+        "VLLM_METRICS_TARGET": f"127.0.0.1:{sim.port}", "VLLM_SCRAPE_INTERVAL": "1s",
+        "LLM_SIGNALS_WINDOW": "2s", "LLM_SIGNALS_FLUSH_INTERVAL": "1s", "LLM_SIGNALS_ALLOWED_LATENESS": "1s",
+        "ALERTMANAGER_URL": "", "OTLP_ENDPOINT": sink.endpoint,
+    })
+    # Nothing of this machine's environment leaks in that a pod would not have.
+    for k in list(os.environ):
+        if k.startswith(("K8S_", "INFERWATCH_", "SLO_", "LLM_SIGNALS_", "OTEL_")) and k not in env:
+            env[k] = ""
+    agent = agents("sidecar", pipeline_text(docs, spec, c), ports, start=False, env=env)
+    agent.start(wait=False)
+
+    def healthy():
+        assert agent.running(), f"agent exited with {agent.proc.poll()}:\n{agent.log()[-4000:]}"
+        try:
+            return requests.get(f"http://127.0.0.1:{ports.health}/", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_for("health_check answers 200", healthy, 30)
+    bench = subprocess.Popen([sim_bin, "bench", "--endpoint", sim.url, "--model", model, "--rate", "10",
+                              "--duration", "30s", "--max-tokens", "8", "--prompt-tokens", "64", "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    want = {"k8s_pod_name": POD["metadata.name"], "k8s_namespace_name": "inferwatch",
+            "k8s_node_name": POD["spec.nodeName"], "k8s_pod_uid": POD["metadata.uid"]}
+    try:
+        def golden():
+            text = requests.get(f"http://127.0.0.1:{prom_port}/metrics", timeout=5).text
+            llm = [s for s in parse_openmetrics(text) if s.name.startswith("llm_")]
+            hits = {s.name for s in llm if all(s.labels.get(k) == v for k, v in want.items())}
+            missing = {s.name for s in llm} - hits
+            have = {g for g in GOLDEN if any(h.startswith(g) for h in hits)}
+            return (hits, missing) if have == set(GOLDEN) else None
+
+        hits, missing = wait_for("golden signals with the pod's k8s_* labels", golden, 30)
+        print(f"golden-signal series with the pod identity: {sorted(hits)}")
+        assert not missing, f"golden-signal series without the pod identity: {sorted(missing)}"
+
+        def spans_with_identity():
+            for resource_spans, _, _ in sink.spans():
+                attrs = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+                if attrs.get("k8s.pod.name"):
+                    return attrs
+            return None
+
+        attrs = wait_for("spans at the OTLP sink with k8s.pod.name", spans_with_identity, 20)
+        assert attrs["k8s.pod.name"] == POD["metadata.name"] and attrs["k8s.namespace.name"] == "inferwatch"
+        assert attrs["k8s.node.name"] == POD["spec.nodeName"] and attrs["k8s.container.name"] == AGENT
+        assert attrs.get("gen_ai.request.model") == model   # vLLM's own resource is kept
+    finally:
+        bench.terminate()
+        bench.wait(20)
