@@ -215,7 +215,7 @@ if [[ $E2E -eq 1 ]]; then
     # runs them in one process.
     WORKERS=${INFERWATCH_E2E_WORKERS:-3}
     PYTEST_FLAGS=(-v --durations=10)
-    [[ "$WORKERS" != "0" ]] && PYTEST_FLAGS+=(-n "$WORKERS")
+    [[ "$WORKERS" != "0" ]] && PYTEST_FLAGS+=(-n "$WORKERS" --dist worksteal)
     [[ ${#PYTEST_ARGS[@]} -gt 0 ]] && PYTEST_FLAGS+=("${PYTEST_ARGS[@]}")
     step "pytest tests/e2e" "$VENV/bin/python" -m pytest tests/e2e "${PYTEST_FLAGS[@]}"
 fi
