@@ -130,22 +130,31 @@ impl ClientInfo {
     /// client a batch of that partition is sent as (those keys' metadata only); no keys: one
     /// partition, sent without a client, as otelcol's batchers do.
     pub fn partition(keys: &[String], client: Option<&ClientInfo>) -> (Vec<Vec<String>>, Option<Arc<ClientInfo>>) {
+        let key = ClientInfo::partition_key(keys, client);
+        let scope = ClientInfo::partition_scope(keys, &key);
+        (key, scope)
+    }
+
+    /// The values of each of `keys` in `client`'s metadata, in order (empty without keys).
+    pub fn partition_key(keys: &[String], client: Option<&ClientInfo>) -> Vec<Vec<String>> {
+        keys.iter().map(|k| client.map(|c| c.metadata_values(&k.to_ascii_lowercase())).unwrap_or_default()).collect()
+    }
+
+    /// The client a batch of partition `key` (from [`ClientInfo::partition_key`]) is sent as.
+    pub fn partition_scope(keys: &[String], key: &[Vec<String>]) -> Option<Arc<ClientInfo>> {
         if keys.is_empty() {
-            return (Vec::new(), None);
+            return None;
         }
         let mut metadata = http::HeaderMap::new();
-        let mut key = Vec::with_capacity(keys.len());
-        for k in keys {
-            let values = client.map(|c| c.metadata_values(&k.to_ascii_lowercase())).unwrap_or_default();
+        for (k, values) in keys.iter().zip(key) {
             if let Ok(name) = http::HeaderName::try_from(k.to_ascii_lowercase()) {
-                for v in &values {
+                for v in values {
                     if let Ok(v) = http::HeaderValue::from_str(v) {
                         metadata.append(name.clone(), v);
                     }
                 }
             }
-            key.push(values);
         }
-        (key, Some(Arc::new(ClientInfo { metadata, ..Default::default() })))
+        Some(Arc::new(ClientInfo { metadata, ..Default::default() }))
     }
 }

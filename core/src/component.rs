@@ -112,6 +112,19 @@ impl FieldError {
         let path = path.split('.').filter(|s| !s.is_empty()).map(|s| PathSeg::Key(s.to_string())).collect();
         FieldError { path, message: message.into() }
     }
+
+    /// The path written with dots, indexes as numbers (`actions.0.value`).
+    pub fn dotted(&self) -> String {
+        let segs: Vec<String> = self
+            .path
+            .iter()
+            .map(|p| match p {
+                PathSeg::Key(k) => k.clone(),
+                PathSeg::Index(i) => i.to_string(),
+            })
+            .collect();
+        segs.join(".")
+    }
 }
 
 /// Deserializes a component's settings (JSON form of the YAML) into `T`, with the path of any error.

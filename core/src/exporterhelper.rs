@@ -439,10 +439,13 @@ async fn batch_loop(shared: &Shared, queue: &Queue, b: &QueueBatchSettings) {
                 return;
             }
             Next::Job(job) => {
-                let (key, scope) = ClientInfo::partition(&b.partition.metadata_keys, job.client.as_deref());
+                let keys = &b.partition.metadata_keys;
+                let key = ClientInfo::partition_key(keys, job.client.as_deref());
                 let i = match pending.iter().position(|p| p.key == key) {
                     Some(i) => i,
                     None => {
+                        // The client a batch goes out as is built once per batch, not per request.
+                        let scope = ClientInfo::partition_scope(keys, &key);
                         let deadline = tokio::time::Instant::now() + b.flush_timeout.0;
                         pending.push(Pending { key, scope, jobs: Vec::new(), size: 0, deadline });
                         pending.len() - 1

@@ -530,16 +530,7 @@ mod tests {
 
     #[test]
     fn config_errors_name_the_field() {
-        let path = |e: FieldError| {
-            e.path
-                .iter()
-                .map(|p| match p {
-                    PathSeg::Key(k) => k.clone(),
-                    PathSeg::Index(i) => i.to_string(),
-                })
-                .collect::<Vec<_>>()
-                .join(".")
-        };
+        let path = |e: FieldError| e.dotted();
         let cases = [
             (json!([{"key": "k", "action": "insert"}]), "actions.0.value"),
             (json!([{"key": "k", "value": 1, "action": "rename"}]), "actions.0.action"),

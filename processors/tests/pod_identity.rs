@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use inferwatch_core::arrow::{ArrowProcessorFactory, RecordBatch, metrics, spans};
-use inferwatch_core::component::{ComponentId, ConnectorFactory, CreateContext, NodeRef, PathSeg, ProcessorFactory};
+use inferwatch_core::component::{ComponentId, ConnectorFactory, CreateContext, NodeRef, ProcessorFactory};
 use inferwatch_core::consumer::{ConsumeError, Consumer};
 use inferwatch_core::pdata::{Encoded, Payload, Signal};
 use inferwatch_core::telemetry::Telemetry;
@@ -43,15 +43,6 @@ fn sval(attrs: &[KeyValue], k: &str) -> Option<String> {
         _ => None,
     }
 }
-fn path(p: &[PathSeg]) -> String {
-    p.iter()
-        .map(|s| match s {
-            PathSeg::Key(k) => k.clone(),
-            PathSeg::Index(i) => i.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(".")
-}
 
 #[derive(Default)]
 struct Capture(Mutex<Vec<Payload>>);
@@ -83,7 +74,7 @@ fn processor(f: &dyn ProcessorFactory, cfg: serde_json::Value, signal: Signal) -
 fn create_err(f: &dyn ProcessorFactory, cfg: serde_json::Value, signal: Signal) -> String {
     match f.create(ctx(f.type_name()), &cfg, signal, Arc::new(Capture::default())) {
         Ok(_) => panic!("{cfg} must be refused"),
-        Err(inferwatch_core::component::ComponentError::Config(e)) => path(&e.path),
+        Err(inferwatch_core::component::ComponentError::Config(e)) => e.dotted(),
         Err(e) => panic!("not a config error: {e}"),
     }
 }
@@ -215,7 +206,7 @@ fn resource_config_errors_name_the_field() {
         "attributes.0.value"
     );
     let e = ResourceFactory.validate(&json!({"attributes": [], "actions": []})).unwrap_err();
-    assert_eq!(path(&e.path), "actions");
+    assert_eq!(e.dotted(), "actions");
 }
 
 // ---- attributes --------------------------------------------------------------------------------
@@ -438,7 +429,7 @@ fn resourcedetection_config_errors_name_the_field() {
         (json!({"detectors": ["system"], "ec2": {}}), "ec2"),
     ];
     for (cfg, want) in cases {
-        assert_eq!(path(&f.validate(&cfg).expect_err(&cfg.to_string()).path), want, "{cfg}");
+        assert_eq!(f.validate(&cfg).expect_err(&cfg.to_string()).dotted(), want, "{cfg}");
     }
     // otelcol's defaults and shapes are accepted.
     f.validate(&json!({"detectors": ["env", "system"], "timeout": "2s", "override": false,
@@ -597,5 +588,5 @@ fn identity_is_part_of_the_group_and_bounded_by_max_series() {
     let e = LlmSignalsFactory
         .validate_arrow(&json!({"identity_attributes": ["k8s.pod.name", "service.version"]}))
         .unwrap_err();
-    assert_eq!(path(&e.path), "identity_attributes.1");
+    assert_eq!(e.dotted(), "identity_attributes.1");
 }

@@ -13,7 +13,7 @@ use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, Receiver, ReceiverConsumers};
+use inferwatch_core::component::{ComponentId, CreateContext, Receiver, ReceiverConsumers};
 use inferwatch_core::consumer::{ConsumeError, Consumer};
 use inferwatch_core::pdata::Payload;
 use inferwatch_core::telemetry::Telemetry;
@@ -328,16 +328,7 @@ fn discovery_errors_name_the_field() {
         }
         PrometheusConfig::from_value(&json!({"config": {"scrape_configs": [j]}})).unwrap_err()
     };
-    let path = |e: inferwatch_core::component::FieldError| {
-        e.path
-            .iter()
-            .map(|p| match p {
-                PathSeg::Key(k) => k.clone(),
-                PathSeg::Index(i) => i.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join(".")
-    };
+    let path = |e: inferwatch_core::component::FieldError| e.dotted();
     let e = err(json!({"kubernetes_sd_configs": [{"role": "node"}]}));
     assert!(e.message.contains("node"), "{e:?}");
     assert_eq!(path(e), "config.scrape_configs.0.kubernetes_sd_configs.0.role");

@@ -262,15 +262,8 @@ mod tests {
             (json!({"tokens": ["ok", ""]}), "tokens"),
         ] {
             let e = BearerTokenAuthConfig::from_value(&v).unwrap_err();
-            let path: Vec<String> = e
-                .path
-                .iter()
-                .map(|p| match p {
-                    crate::component::PathSeg::Key(k) => k.clone(),
-                    crate::component::PathSeg::Index(i) => i.to_string(),
-                })
-                .collect();
-            assert!(path.join(".").starts_with(at), "{v}: {path:?} {e}");
+            let path = e.dotted();
+            assert!(path.starts_with(at), "{v}: {path:?} {e}");
         }
         let c = BearerTokenAuthConfig::from_value(&json!({"token": "hunter2", "tokens": []})).unwrap();
         assert!(!format!("{c:?}").contains("hunter2"));

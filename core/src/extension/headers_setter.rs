@@ -295,15 +295,8 @@ mod tests {
             (json!({"headers": [{"key": "a", "value": "x", "action": "merge"}]}), "headers.0.action"),
         ] {
             let e = HeadersSetterConfig::from_value(&v).unwrap_err();
-            let path: Vec<String> = e
-                .path
-                .iter()
-                .map(|p| match p {
-                    crate::component::PathSeg::Key(k) => k.clone(),
-                    crate::component::PathSeg::Index(i) => i.to_string(),
-                })
-                .collect();
-            assert!(path.join(".").starts_with(at), "{v}: {path:?} {e}");
+            let path = e.dotted();
+            assert!(path.starts_with(at), "{v}: {path:?} {e}");
         }
     }
 }
