@@ -174,12 +174,69 @@ ensure_alertmanager() {
     if ! has_candidate; then
         apt_get update -qq || true
     fi
-    if has_candidate && apt_get install -y -qq --no-install-recommends prometheus-alertmanager \
-        && [[ -x /usr/bin/prometheus-alertmanager ]]; then
+    # One retry after a fresh index: a stale list or a transient mirror error fails the first.
+    if { has_candidate && apt_get install -y -qq --no-install-recommends prometheus-alertmanager; } \
+        || { apt_get update -qq; apt_get install -y --no-install-recommends prometheus-alertmanager; }; then
+        :
+    fi
+    if [[ -x /usr/bin/prometheus-alertmanager ]]; then
         echo "alertmanager installed (/usr/bin/prometheus-alertmanager)"
     else
         missing_package "could not install the Debian package prometheus-alertmanager"
     fi
+}
+
+# A step run in the background: its output goes to a log that `join` prints when it is waited
+# for, so that waiting work (package installs, the e2e suite) overlaps compiling and linting.
+declare -A BG_PID=() BG_T0=() BG_LOG=()
+# A failing step ends the script: background steps still running end with it.
+trap 'for p in "${BG_PID[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+bg_step() { # name, command...
+    local name=$1; shift
+    BG_LOG[$name]=$(mktemp "${TMPDIR:-/tmp}/inferwatch-test.XXXXXX")
+    BG_T0[$name]=$SECONDS
+    echo
+    echo "==> $name (in the background)"
+    (set -e; "$@") >"${BG_LOG[$name]}" 2>&1 &
+    BG_PID[$name]=$!
+}
+join() { # name
+    local name=$1 rc
+    set +e
+    wait "${BG_PID[$name]}"
+    rc=$?
+    set -e
+    unset "BG_PID[$name]"
+    echo
+    echo "==> $name (joined)"
+    cat "${BG_LOG[$name]}"
+    rm -f "${BG_LOG[$name]}"
+    if [[ $rc -eq 0 ]]; then
+        TIMES+=("$(printf '%-30s %5ds  ok (background)' "$name" $((SECONDS - BG_T0[$name])))")
+    else
+        TIMES+=("$(printf '%-30s %5ds  FAILED (exit %d)' "$name" $((SECONDS - BG_T0[$name])) "$rc")")
+        summary
+        echo "FAILED: $name" >&2
+        exit "$rc"
+    fi
+}
+installs() {
+    ensure_venv
+    if [[ $E2E -eq 1 ]]; then
+        ensure_promtool
+        ensure_alertmanager
+        ensure_checkov
+    fi
+}
+e2e() {
+    # The e2e tests mostly wait on agents, simulators and sinks: three pytest workers (xdist)
+    # overlap that waiting (the longest test alone takes ~7 minutes). INFERWATCH_E2E_WORKERS=0
+    # runs them in one process.
+    local workers=${INFERWATCH_E2E_WORKERS:-3}
+    local flags=(-v --durations=10)
+    [[ "$workers" != "0" ]] && flags+=(-n "$workers" --dist worksteal)
+    [[ ${#PYTEST_ARGS[@]} -gt 0 ]] && flags+=("${PYTEST_ARGS[@]}")
+    "$VENV/bin/python" -m pytest tests/e2e "${flags[@]}"
 }
 
 # On a clean clone (CI) incremental compilation only costs time and gigabytes of disk.
@@ -188,36 +245,33 @@ if [[ "${CI:-}" == "true" && -z "${CARGO_INCREMENTAL:-}" ]]; then
 fi
 if [[ $QUICK -eq 0 ]]; then
     step "cargo fmt --check" cargo fmt --all -- --check
-    step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 fi
-# The venv first: it also holds ONNX Runtime (the onnxruntime wheel's libonnxruntime.so), which
-# the lstm_ae tests of `cargo test` load; with INFERWATCH_REQUIRE_ORT=1 they fail instead of skipping.
-step "python venv + requirements" ensure_venv
+# The venv (which also holds ONNX Runtime: the onnxruntime wheel's libonnxruntime.so, loaded by
+# the lstm_ae tests of `cargo test`; with INFERWATCH_REQUIRE_ORT=1 they fail instead of
+# skipping), promtool, Alertmanager and checkov install while the workspace compiles.
+bg_step "installs (venv, promtool, alertmanager, checkov)" installs
 export INFERWATCH_REQUIRE_ORT=1
+# The dev profile is opt-level 1 (Cargo.toml). `cargo test --workspace --no-run` builds
+# target/debug/inferwatch too (the root package's integration tests need it), with the features
+# the whole workspace unifies to; `cargo build --bin inferwatch` unifies fewer features and would
+# compile a second copy of tokio, tonic, hyper and the rest, so it runs only when the unit tests
+# are skipped. The shipped binary is --release.
+if [[ $CARGO_TESTS -eq 1 ]]; then
+    step "cargo test --no-run (build)" cargo test --workspace --no-run
+elif [[ $E2E -eq 1 ]]; then
+    step "cargo build --bin inferwatch" cargo build --bin inferwatch
+fi
+join "installs (venv, promtool, alertmanager, checkov)"
+export INFERWATCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/inferwatch"
+# The e2e suite runs beside the unit tests and clippy: it is mostly waiting (about 2.5
+# CPU-minutes in 9 wall-minutes), they are mostly computing.
+[[ $E2E -eq 1 ]] && bg_step "pytest tests/e2e" e2e
 if [[ $CARGO_TESTS -eq 1 ]]; then
     step "cargo test" cargo test --workspace
 fi
-if [[ $E2E -eq 1 ]]; then
-    step "promtool" ensure_promtool
-    step "alertmanager" ensure_alertmanager
-    step "checkov" ensure_checkov
-    # The dev profile is opt-level 1 (Cargo.toml). `cargo test --workspace` above already built
-    # target/debug/inferwatch (the root package's integration tests need it), with the features
-    # the whole workspace unifies to; `cargo build --bin inferwatch` unifies fewer features and
-    # would compile a second copy of tokio, tonic, hyper and the rest, so it runs only when the
-    # unit tests were skipped. The shipped binary is --release.
-    if [[ $CARGO_TESTS -eq 0 || ! -x "${CARGO_TARGET_DIR:-$ROOT/target}/debug/inferwatch" ]]; then
-        step "cargo build --bin inferwatch" cargo build --bin inferwatch
-    fi
-    export INFERWATCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/inferwatch"
-    # The e2e tests mostly wait on agents, simulators and sinks: three pytest workers (xdist)
-    # overlap that waiting (the longest test alone takes ~7 minutes). INFERWATCH_E2E_WORKERS=0
-    # runs them in one process.
-    WORKERS=${INFERWATCH_E2E_WORKERS:-3}
-    PYTEST_FLAGS=(-v --durations=10)
-    [[ "$WORKERS" != "0" ]] && PYTEST_FLAGS+=(-n "$WORKERS" --dist worksteal)
-    [[ ${#PYTEST_ARGS[@]} -gt 0 ]] && PYTEST_FLAGS+=("${PYTEST_ARGS[@]}")
-    step "pytest tests/e2e" "$VENV/bin/python" -m pytest tests/e2e "${PYTEST_FLAGS[@]}"
+if [[ $QUICK -eq 0 ]]; then
+    step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 fi
+[[ $E2E -eq 1 ]] && join "pytest tests/e2e"
 summary
 echo "all steps passed"

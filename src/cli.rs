@@ -120,8 +120,14 @@ pub fn print_config(args: &PrintConfigArgs) -> std::process::ExitCode {
     }
 }
 
-/// Sets up `tracing` output on stderr.
+/// Sets up `tracing` output on stderr, as console text.
 pub fn init_logging(level: Option<&str>) {
+    init_logging_as(level, inferwatch_core::config::LogEncoding::Console);
+}
+
+/// Sets up `tracing` output on stderr in `encoding` (`service.telemetry.logs.encoding`): console
+/// text, or one JSON object per line (`timestamp`, `level`, `fields.message` and the event's fields).
+pub fn init_logging_as(level: Option<&str>, encoding: inferwatch_core::config::LogEncoding) {
     let filter =
         level.map(str::to_string).or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| "info".to_string());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
@@ -129,10 +135,11 @@ pub fn init_logging(level: Option<&str>) {
         tracing_subscriber::EnvFilter::new("info")
     });
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    match encoding {
+        inferwatch_core::config::LogEncoding::Console => fmt.with_ansi(std::io::stderr().is_terminal()).init(),
+        inferwatch_core::config::LogEncoding::Json => {
+            fmt.json().with_ansi(false).with_current_span(false).with_span_list(false).init()
+        }
+    }
 }

@@ -5,6 +5,7 @@ mod demo;
 mod eval;
 mod replay;
 mod run;
+mod self_telemetry;
 mod train;
 
 use clap::Parser;

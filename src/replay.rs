@@ -93,7 +93,8 @@ pub fn run(args: &ReplayArgs, log_level: Option<&str>) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     }
-    crate::cli::init_logging(Some(log_level.or(cfg.service.telemetry.logs_level.as_deref()).unwrap_or("warn")));
+    let t = &cfg.service.telemetry;
+    crate::cli::init_logging_as(Some(log_level.or(t.logs_level.as_deref()).unwrap_or("warn")), t.logs_encoding);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("inferwatch").build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -160,7 +161,7 @@ async fn replay(cfg: Config, id: ComponentId, args: &ReplayArgs) -> anyhow::Resu
     if let Err(e) = service.start().await {
         tracing::error!(error = %e, "start failed; shutting down");
         service.shutdown(cfg.service.shutdown_timeout).await;
-        stop_telemetry.cancel();
+        stop_telemetry.stop().await;
         return Err(anyhow::Error::new(e).context("cannot start the pipelines"));
     }
     let started = Instant::now();
@@ -180,7 +181,7 @@ async fn replay(cfg: Config, id: ComponentId, args: &ReplayArgs) -> anyhow::Resu
     }
     tracing::info!(timeout = ?cfg.service.shutdown_timeout, "shutting down: receivers first, then draining");
     let shutdown = service.shutdown(cfg.service.shutdown_timeout).await;
-    stop_telemetry.cancel();
+    stop_telemetry.stop().await;
     let p = &control.progress;
     Ok(Outcome {
         interrupted,

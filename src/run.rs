@@ -84,7 +84,8 @@ pub fn run(paths: &[PathBuf], sets: &[String], log_level: Option<&str>) -> ExitC
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    crate::cli::init_logging(log_level.or(cfg.service.telemetry.logs_level.as_deref()));
+    let t = &cfg.service.telemetry;
+    crate::cli::init_logging_as(log_level.or(t.logs_level.as_deref()), t.logs_encoding);
     for w in warnings(&cfg) {
         tracing::warn!("configuration: {w}");
     }
@@ -133,19 +134,47 @@ struct Shutdown {
     checkpoint_error: Option<String>,
 }
 
-/// Creates the self-telemetry registry and serves it where the configuration says.
-pub(crate) async fn start_self_metrics(cfg: &Config) -> anyhow::Result<(Arc<Telemetry>, CancellationToken)> {
+/// The self-telemetry's running parts: the pull endpoint and the periodic OTLP push.
+pub(crate) struct SelfMetrics {
+    stop_endpoint: CancellationToken,
+    push: Option<crate::self_telemetry::SelfMetricsPush>,
+}
+
+impl SelfMetrics {
+    /// Stops the endpoint and makes the push's last export.
+    pub(crate) async fn stop(self) {
+        self.stop_endpoint.cancel();
+        if let Some(p) = self.push {
+            p.shutdown().await;
+        }
+    }
+}
+
+/// Creates the self-telemetry registry with the `service.telemetry.resource`, serves it where
+/// the configuration says, and starts the periodic OTLP readers.
+pub(crate) async fn start_self_metrics(cfg: &Config) -> anyhow::Result<(Arc<Telemetry>, SelfMetrics)> {
     let telemetry = Arc::new(Telemetry::new());
-    let stop_telemetry = CancellationToken::new();
+    let resource = crate::self_telemetry::resource(&cfg.service.telemetry);
+    telemetry.set_resource(resource.clone());
+    let stop_endpoint = CancellationToken::new();
     if let Some(addr) = &cfg.service.telemetry.metrics_address {
         let local = telemetry
             .clone()
-            .serve(addr, cfg.service.telemetry.metrics_tls.as_ref(), stop_telemetry.clone())
+            .serve(addr, cfg.service.telemetry.metrics_tls.as_ref(), stop_endpoint.clone())
             .await
             .with_context(|| format!("cannot serve self-metrics on {addr}"))?;
         tracing::info!(address = %local, "self-metrics on http://{local}/metrics");
     }
-    Ok((telemetry, stop_telemetry))
+    let push =
+        crate::self_telemetry::SelfMetricsPush::start(&cfg.service.telemetry.periodic_readers, &telemetry, &resource);
+    let push = match push {
+        Ok(p) => p,
+        Err(e) => {
+            stop_endpoint.cancel();
+            return Err(e);
+        }
+    };
+    Ok((telemetry, SelfMetrics { stop_endpoint, push }))
 }
 
 async fn serve(cfg: Config) -> anyhow::Result<Shutdown> {
@@ -154,13 +183,14 @@ async fn serve(cfg: Config) -> anyhow::Result<Shutdown> {
     if let Err(e) = service.start().await {
         tracing::error!(error = %e, "start failed; shutting down");
         service.shutdown(cfg.service.shutdown_timeout).await;
+        stop_telemetry.stop().await;
         return Err(anyhow::Error::new(e).context("cannot start the pipelines"));
     }
     wait_for_signal().await;
     tracing::info!(timeout = ?cfg.service.shutdown_timeout, "shutting down: receivers first, then draining");
     let host = service.host();
     let report = service.shutdown(cfg.service.shutdown_timeout).await;
-    stop_telemetry.cancel();
+    stop_telemetry.stop().await;
     let checkpoint_error = if host.state.is_persistent() { host.state.last_checkpoint_error() } else { None };
     if let Some(e) = &checkpoint_error {
         tracing::error!(error = %e, "the final checkpoint failed; state since the last good checkpoint is lost");

@@ -9,6 +9,7 @@ pub mod exporterhelper;
 pub mod extension;
 pub mod graph;
 pub mod host;
+pub mod kube;
 pub mod pdata;
 pub mod queue;
 pub mod registry;

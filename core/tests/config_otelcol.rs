@@ -394,20 +394,26 @@ fn service_telemetry_is_honoured_or_refused() {
     assert_eq!(t.metrics_level, MetricsLevel::Detailed);
     assert_eq!(t.metrics_address.as_deref(), Some("0.0.0.0:9999"));
     assert_eq!(t.resource, [("service.name".to_string(), Some("agent".to_string())), ("host.name".to_string(), None)]);
+    let json = load(
+        "    logs: {encoding: json}\n    metrics: {readers: [{periodic: {exporter: {otlp: {protocol: grpc}}}}]}\n",
+    );
+    let json = json.unwrap().service.telemetry;
+    assert_eq!(json.logs_encoding, inferwatch_core::config::LogEncoding::Json);
+    assert_eq!(json.periodic_readers[0].exporter.endpoint, "http://localhost:4317");
     let off = load("    metrics: {level: none, readers: [{pull: {exporter: {prometheus: {port: 9999}}}}]}\n").unwrap();
     assert_eq!(off.service.telemetry.metrics_address, None, "level none turns the endpoint off");
     // What the agent cannot do is refused, each located and saying why.
     let refused = [
-        ("    logs: {encoding: json}\n", "service.telemetry.logs.encoding", "not supported by inferwatch: JSON logs"),
+        ("    logs: {encoding: xml}\n", "service.telemetry.logs.encoding", "invalid encoding \"xml\""),
         ("    logs: {output_paths: [/var/log/x]}\n", "service.telemetry.logs.output_paths", "not supported"),
         ("    logs: {initial_fields: {a: b}}\n", "service.telemetry.logs.initial_fields", "not supported"),
         ("    logs: {processors: [{batch: {}}]}\n", "service.telemetry.logs.processors", "own logs through OTLP"),
         ("    logs: {levle: info}\n", "service.telemetry.logs.levle", "did you mean \"level\"?"),
         ("    metrics: {views: []}\n", "service.telemetry.metrics.views", "not supported by inferwatch: metric views"),
         (
-            "    metrics: {readers: [{periodic: {exporter: {otlp: {}}}}]}\n",
-            "service.telemetry.metrics.readers[0]",
-            "periodic",
+            "    metrics: {readers: [{periodic: {exporter: {console: {}}}}]}\n",
+            "service.telemetry.metrics.readers[0].periodic.exporter.console",
+            "not supported by inferwatch: the console metric exporter",
         ),
         (
             "    metrics: {readers: [{pull: {exporter: {prometheus: {prot: 1}}}}]}\n",
@@ -431,7 +437,6 @@ fn service_telemetry_is_honoured_or_refused() {
         [
             "service.telemetry.logs.disable_stacktrace",
             "service.telemetry.metrics.readers[0].pull.exporter.prometheus.without_units",
-            "service.telemetry.resource",
         ]
     );
 }

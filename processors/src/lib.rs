@@ -12,6 +12,7 @@ pub mod detect;
 pub mod filter;
 pub mod forward;
 pub mod gpu_enrich;
+pub mod k8sattributes;
 pub mod kv_pressure;
 pub mod llm_signals;
 pub mod memory_limiter;
@@ -41,6 +42,7 @@ pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(resource::ResourceFactory));
     reg.add_processor(Arc::new(attributes::AttributesFactory));
     reg.add_processor(Arc::new(resourcedetection::ResourceDetectionFactory));
+    reg.add_processor(Arc::new(k8sattributes::K8sAttributesFactory));
     reg.add_connector(Arc::new(alerts::AlertsFactory));
     reg.add_connector(Arc::new(forward::ForwardFactory));
     reg.add_connector(Arc::new(llm_signals::LlmSignalsFactory));

@@ -468,6 +468,7 @@ fn llm_signals_vllm_spans_two_models_exact_histograms_and_window_signals() {
     assert!(matches!(&e2e_b15.value, V::H { count: 1, .. }), "flush at 15 s holds only the request ended at 10 s");
     let want_attrs: BTreeMap<String, String> = [
         ("gen_ai.request.model", "qwen"),
+        ("service.name", "vllm-b"),
         ("service.version", "v2"),
         ("service.instance.id", "i-b"),
         ("source", "spans"),
@@ -480,7 +481,7 @@ fn llm_signals_vllm_spans_two_models_exact_histograms_and_window_signals() {
     let w0 = h.advance(60.0);
     let end = at(60.0);
     // Model A: 20 requests, 4 failed (abort, status, error, status).
-    assert_eq!(find(&w0, "llm.request.count", "llama", end).unwrap().value, V::I(20));
+    assert_eq!(find(&w0, "llm.requests.finished", "llama", end).unwrap().value, V::I(20));
     close(value(&w0, "llm.request.rate", "llama", end), 20.0 / 60.0, "rate");
     close(value(&w0, "llm.request.error_rate", "llama", end), 0.2, "error rate");
     close(value(&w0, "llm.tokens.output.rate", "llama", end), 390.0 / 60.0, "tokens/s");
@@ -502,7 +503,7 @@ fn llm_signals_vllm_spans_two_models_exact_histograms_and_window_signals() {
     assert_eq!((p.start, p.unit.as_str()), (at(0.0), "s"));
     assert_eq!(find(&w0, "llm.queue.blocking", "llama", end).unwrap().value, V::I(1), "queue p99 ≈ 0.9 s > 0.8 s");
     // Model B: 3 requests, 1 failed; 17 output and 180 input tokens.
-    assert_eq!(find(&w0, "llm.request.count", "qwen", end).unwrap().value, V::I(3));
+    assert_eq!(find(&w0, "llm.requests.finished", "qwen", end).unwrap().value, V::I(3));
     close(value(&w0, "llm.request.error_rate", "qwen", end), 1.0 / 3.0, "error rate b");
     close(value(&w0, "llm.tokens.output.rate", "qwen", end), 17.0 / 60.0, "tokens/s b");
     close(value(&w0, "llm.tokens.input.rate", "qwen", end), 3.0, "input b");
@@ -520,13 +521,13 @@ fn llm_signals_zero_windows_then_idle_eviction() {
     let mut h = Harness::new(Signal::Traces, json!({"idle_timeout": "2m", "max_series": 10}));
     h.spans(&vllm_spans());
     let w0 = h.advance(60.0);
-    assert!(find(&w0, "llm.request.count", "qwen", at(60.0)).is_some());
+    assert!(find(&w0, "llm.requests.finished", "qwen", at(60.0)).is_some());
     // No request of qwen in [60 s, 120 s): zero rates, no percentiles, no error rate.
     let w1 = h.advance(120.0);
     let qwen: BTreeSet<&str> =
         w1.iter().filter(|p| p.model() == "qwen" && p.time == at(120.0)).map(|p| p.name.as_str()).collect();
     let want: BTreeSet<&str> = [
-        "llm.request.count",
+        "llm.requests.finished",
         "llm.request.rate",
         "llm.tokens.output.rate",
         "llm.tokens.input.rate",
@@ -537,12 +538,12 @@ fn llm_signals_zero_windows_then_idle_eviction() {
     ]
     .into();
     assert_eq!(qwen, want);
-    assert_eq!(find(&w1, "llm.request.count", "qwen", at(120.0)).unwrap().value, V::I(0));
+    assert_eq!(find(&w1, "llm.requests.finished", "qwen", at(120.0)).unwrap().value, V::I(0));
     assert_eq!(value(&w1, "llm.tokens.output.rate", "qwen", at(120.0)), 0.0);
     assert_eq!((h.proc.series_count(), h.evicted("idle")), (2, 0));
     // qwen's last request ended at 40 s, llama's at 39 s: idle from 160 s / 159 s on.
     let w2 = h.advance(180.0);
-    assert!(find(&w2, "llm.request.count", "qwen", at(180.0)).is_none(), "window ending after idle: none");
+    assert!(find(&w2, "llm.requests.finished", "qwen", at(180.0)).is_none(), "window ending after idle: none");
     assert!(find(&w2, "gen_ai.server.request.duration", "qwen", at(150.0)).is_some());
     assert!(find(&w2, "gen_ai.server.request.duration", "qwen", at(165.0)).is_none());
     assert_eq!((h.proc.series_count(), h.evicted("idle"), h.evicted("max_series")), (0, 2, 0));
@@ -569,8 +570,12 @@ fn llm_signals_max_series_evicts_least_recent_groups() {
     assert_eq!((h.proc.series_count(), h.evicted("max_series")), (3, 0));
     h.spans(&one("m3", 5.0));
     assert_eq!((h.proc.series_count(), h.evicted("max_series")), (3, 1));
-    let models: BTreeSet<String> =
-        h.advance(60.0).into_iter().filter(|p| p.name == "llm.request.count").map(|p| p.model().to_string()).collect();
+    let models: BTreeSet<String> = h
+        .advance(60.0)
+        .into_iter()
+        .filter(|p| p.name == "llm.requests.finished")
+        .map(|p| p.model().to_string())
+        .collect();
     assert_eq!(models, ["m0", "m2", "m3"].into_iter().map(String::from).collect(), "m1 was least recently seen");
 }
 
@@ -637,7 +642,7 @@ fn llm_signals_tgi_debug_durations_and_semconv_spans() {
     let bloom: Vec<&Pt> = out.iter().filter(|p| p.model() == "bigscience/bloom").collect();
     assert!(!bloom.is_empty());
     assert!(bloom.iter().all(|p| !p.name.contains("ttft") && !p.name.contains("time_to_first_token")), "TGI: no TTFT");
-    assert_eq!(find(&out, "llm.request.count", "bigscience/bloom", end).unwrap().value, V::I(3));
+    assert_eq!(find(&out, "llm.requests.finished", "bigscience/bloom", end).unwrap().value, V::I(3));
     close(value(&out, "llm.request.error_rate", "bigscience/bloom", end), 1.0 / 3.0, "tgi error rate");
     // Output tokens = round(inference_time / time_per_token): 100 + 50.
     close(value(&out, "llm.tokens.output.rate", "bigscience/bloom", end), 150.0 / 60.0, "tgi tokens/s");
@@ -650,9 +655,9 @@ fn llm_signals_tgi_debug_durations_and_semconv_spans() {
     assert_hist(find(&out, "gen_ai.server.time_to_first_token", "m3", end).unwrap(), TTFT_BOUNDS, &[0.2]);
     assert_hist(find(&out, "gen_ai.server.request.duration", "m3", end).unwrap(), DURATION_BOUNDS, &[2.0]);
     assert_hist(find(&out, "gen_ai.server.time_per_output_token", "m3", end).unwrap(), TPOT_BOUNDS, &[1.8 / 19.0]);
-    assert_eq!(find(&out, "llm.request.count", "m3", end).unwrap().value, V::I(1), "embeddings skipped");
+    assert_eq!(find(&out, "llm.requests.finished", "m3", end).unwrap().value, V::I(1), "embeddings skipped");
     // No model anywhere: default_model comes before service.name.
-    assert_eq!(find(&out, "llm.request.count", "fallback", end).unwrap().value, V::I(1));
+    assert_eq!(find(&out, "llm.requests.finished", "fallback", end).unwrap().value, V::I(1));
     assert!(find(&out, "gen_ai.server.time_to_first_token", "fallback", end).is_none());
     assert_eq!(h.proc.series_count(), 3);
 }
@@ -757,7 +762,9 @@ fn llm_signals_scraped_vllm_three_scrapes_match_hand_computation() {
     close(v("llm.preemption.rate"), 14.0 / 30.0, "preemption rate");
     // Hits 300 + 300 (the drop is a reset) over 30 s; queries 600 + 800 over 30 s.
     close(v("llm.prefix_cache.hit_rate"), 600.0 / 1400.0, "hit rate");
-    assert_eq!(find(&out, "llm.prefix_cache.low", "llama", end).unwrap().value, V::I(1), "0.43 < 0.62");
+    let low = find(&out, "llm.prefix_cache.low", "llama", end).unwrap();
+    assert_eq!((&low.value, low.unit.as_str()), (&V::I(1), ""), "0.43 < 0.62; a flag has no unit");
+    assert_eq!(out[0].attrs["service.name"], "vllm");
     close(v("llm.tokens.output.rate"), 1500.0 / 30.0, "tokens/s");
     close(v("llm.tokens.input.rate"), (300.0 + 1500.0) / 30.0, "input tokens/s: a restart by start time");
     // stop +60, length +4, abort +2, error +1, all over 30 s.
@@ -816,6 +823,106 @@ fn llm_signals_scraped_tgi_gives_what_tgi_can() {
     // Duration delta [2, 5, 2, 1]: p50 rank 5 in (0.5, 1.0]; p99 rank 9.9 in +Inf → highest bound.
     close(v("llm.e2e.p50"), 0.5 + 0.5 * 3.0 / 5.0, "e2e p50");
     close(v("llm.e2e.p99"), 2.0, "e2e p99");
+}
+
+/// The spans and the scrape of one server, as a pod's agent gets them: one resource rule for both
+/// (service.name, service.instance.id, the pod identity), the version on the spans' resource and,
+/// for the scrape, as a target label (`service_version`, set by a static label or a relabel).
+#[test]
+fn llm_signals_span_and_scrape_groups_of_one_instance_carry_the_same_identifying_attributes() {
+    let pod = [s("k8s.namespace.name", "llm"), s("k8s.pod.name", "vllm-0"), s("k8s.node.name", "gpu-1")];
+    let mut span_res = vec![s("service.name", "vllm"), s("service.version", "0.9.1")];
+    span_res.extend([s("service.instance.id", "10.0.0.7:8000"), s("gen_ai.request.model", "llama")]);
+    span_res.extend(pod.iter().cloned());
+    let req = |end: f64| {
+        span(
+            "llm_request",
+            end,
+            0.5,
+            vec![dbl("gen_ai.latency.time_to_first_token", 0.05), dbl("gen_ai.latency.time_in_queue", 0.01)],
+            false,
+        )
+    };
+    let mut spans_h = Harness::new(Signal::Traces, json!({"window": "1m"}));
+    spans_h.spans(&traces(vec![(resource(span_res), vec![req(10.0), req(20.0)])]));
+    // The prometheus receiver's resource: no version.
+    let mut scrape_res = vec![s("service.name", "vllm"), s("service.instance.id", "10.0.0.7:8000")];
+    scrape_res.extend([s("server.address", "10.0.0.7"), s("server.port", "8000"), s("url.scheme", "http")]);
+    scrape_res.extend(pod.iter().cloned());
+    let scrape_res = resource(scrape_res);
+    let labels = [s("model_name", "llama"), s("engine", "0"), s("service_version", "0.9.1")];
+    let mut scrape_h = Harness::new(Signal::Metrics, json!({"window": "1m"}));
+    for (t, v) in [(5.0, 10.0), (35.0, 40.0)] {
+        let m = vec![
+            gauge("vllm:num_requests_waiting", &labels, t, 1.0),
+            counter("vllm:request_success_total", &labels, 0.0, t, v),
+        ];
+        scrape_h.metrics(&scrape(&scrape_res, m));
+    }
+    let from_spans = spans_h.advance(60.0);
+    let from_scrape = scrape_h.advance(60.0);
+    let rate = |pts: &[Pt]| find(pts, "llm.request.rate", "llama", at(60.0)).cloned().unwrap();
+    let (a, b) = (rate(&from_spans), rate(&from_scrape));
+    let without_source = |p: &Pt| {
+        let mut m = p.attrs.clone();
+        m.remove("source");
+        m
+    };
+    let want: BTreeMap<String, String> = [
+        ("gen_ai.request.model", "llama"),
+        ("service.name", "vllm"),
+        ("service.version", "0.9.1"),
+        ("service.instance.id", "10.0.0.7:8000"),
+        ("k8s.namespace.name", "llm"),
+        ("k8s.pod.name", "vllm-0"),
+        ("k8s.node.name", "gpu-1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(without_source(&a), want, "span-derived");
+    assert_eq!(without_source(&b), want, "scrape-derived");
+    assert_eq!((a.attrs["source"].as_str(), b.attrs["source"].as_str()), ("spans", "scrape"));
+
+    // The scrape label is the data's own version: it wins over the resource's; an empty label
+    // leaves the resource's.
+    let mut h = Harness::new(Signal::Metrics, json!({"window": "1m"}));
+    let mut res = scrape_res.clone();
+    res.attributes.push(s("service.version", "from-resource"));
+    for (t, v) in [(5.0, 1.0), (35.0, 2.0)] {
+        let m = vec![
+            counter("vllm:request_success_total", &[s("model_name", "a"), s("service_version", "v9")], 0.0, t, v),
+            counter("vllm:request_success_total", &[s("model_name", "b"), s("service_version", "")], 0.0, t, v),
+        ];
+        h.metrics(&scrape(&res, m));
+    }
+    let out = h.advance(60.0);
+    assert_eq!(find(&out, "llm.request.rate", "a", at(60.0)).unwrap().attrs["service.version"], "v9");
+    assert_eq!(find(&out, "llm.request.rate", "b", at(60.0)).unwrap().attrs["service.version"], "from-resource");
+}
+
+/// The 0/1 flags have no unit (unit `1` would make their Prometheus names end in `_ratio`), the
+/// windowed request count is `llm.requests.finished` (a gauge named `…_count` would read as a
+/// histogram's count), the fractions keep `1`.
+#[test]
+fn llm_signals_units_say_what_the_values_are() {
+    let mut h = Harness::new(Signal::Traces, json!({"window": "1m"}));
+    let res = resource(vec![s("service.name", "vllm"), s("gen_ai.request.model", "m")]);
+    let sp = span(
+        "llm_request",
+        10.0,
+        1.0,
+        vec![dbl("gen_ai.latency.time_to_first_token", 0.1), dbl("gen_ai.latency.time_in_queue", 0.9)],
+        false,
+    );
+    h.spans(&traces(vec![(res, vec![sp])]));
+    let out = h.advance(60.0);
+    let unit = |name: &str| out.iter().find(|p| p.name == name).map(|p| p.unit.clone());
+    assert_eq!(unit("llm.queue.blocking").as_deref(), Some(""));
+    assert_eq!(find(&out, "llm.queue.blocking", "m", at(60.0)).unwrap().value, V::I(1), "p99 0.9 s > 0.8 s");
+    assert_eq!(unit("llm.requests.finished").as_deref(), Some("{request}"));
+    assert_eq!(unit("llm.request.error_rate").as_deref(), Some("1"));
+    assert!(unit("llm.request.count").is_none(), "the old name is gone");
 }
 
 // ---- watermark, checkpoints -----------------------------------------------------------------------
@@ -1018,8 +1125,8 @@ async fn llm_signals_connector_emits_only_derived_metrics() {
         .iter()
         .flat_map(|p| if let Payload::Metrics(m) = p { flatten(m) } else { panic!("not metrics") })
         .collect();
-    assert_eq!(find(&rest, "llm.request.count", "llama", at(60.0)).unwrap().value, V::I(20));
-    assert_eq!(find(&rest, "llm.request.count", "qwen", at(60.0)).unwrap().value, V::I(3));
+    assert_eq!(find(&rest, "llm.requests.finished", "llama", at(60.0)).unwrap().value, V::I(20));
+    assert_eq!(find(&rest, "llm.requests.finished", "qwen", at(60.0)).unwrap().value, V::I(3));
     assert!(rest.iter().all(|p| p.time <= at(60.0)), "end of input emits only windows and flushes holding data");
 }
 

@@ -137,11 +137,11 @@ def test_every_dashboard_panel_has_data_from_the_early_warning_agent(sims, sim_b
 
         # --- anomaly levels: the three detectors, a warning at least --------------------------
         def detectors():
-            return {r["metric"].get("detector") for r in prom.query(f"llm_anomaly_level_ratio{{{model}}}")}
+            return {r["metric"].get("detector") for r in prom.query(f"llm_anomaly_level{{{model}}}")}
 
         wait_until(lambda: {"slo_burn", "zscore_skew", "kv_pressure"} <= detectors(), 60,
                    lambda: f"detectors with levels: {detectors()}")
-        wait_until(lambda: prom.query(f'llm_anomaly_level_ratio{{{model},detector="kv_pressure"}} >= 0.6'), 60,
+        wait_until(lambda: prom.query(f'llm_anomaly_level{{{model},detector="kv_pressure"}} >= 0.6'), 60,
                    "kv_pressure at warning (usage >= 0)")
         # The agent's alerts connector holds the alerts of those levels.
         wait_until(lambda: prom.query('inferwatch_processor_series{processor="alerts"} >= 1'), 60,
@@ -178,7 +178,7 @@ def test_every_dashboard_panel_has_data_from_the_early_warning_agent(sims, sim_b
         print(f"burn rates: {show(f'llm_slo_burn_rate{{{model}}}')}")
         print(f"budget remaining: {show(f'llm_slo_error_budget_remaining_ratio{{{model}}}')}")
         print(f"breach ETA (s): {show(f'llm_slo_breach_eta_seconds{{{model}}}')}")
-        print(f"levels: {show(f'max by (detector) (llm_anomaly_level_ratio{{{model}}})')}")
+        print(f"levels: {show(f'max by (detector) (llm_anomaly_level{{{model}}})')}")
         print("Prometheus alerts: " + ", ".join(sorted({f"{a['labels']['alertname']} {a['state']}"
                                                         for a in prom.alerts()})))
         by_row = dashboard.rows(dashboard.load())

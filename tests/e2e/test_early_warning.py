@@ -80,7 +80,7 @@ def test_shipped_pipeline_warns_on_a_fault_and_stays_quiet_when_healthy(alertman
         samples = [s for f in fams.values() for s in f.samples]
         names = {s[0] for s in samples}
         for name in ["llm_slo_events_total", "llm_slo_good_events_total", "llm_slo_burn_rate",
-                     "llm_slo_error_budget_remaining_ratio", "llm_slo_objective_ratio", "llm_anomaly_level_ratio"]:
+                     "llm_slo_error_budget_remaining_ratio", "llm_slo_objective_ratio", "llm_anomaly_level"]:
             assert name in names, f"{name} missing from the Prometheus endpoint: {sorted(names)}"
         slos = {s[1].get("slo") for s in samples if s[0] == "llm_slo_burn_rate"}
         assert {"ttft-p95", "tpot-p95", "e2e-p99", "errors"} <= slos, slos

@@ -35,14 +35,12 @@ SECTIONS = {"receivers": "receiver", "processors": "processor", "exporters": "ex
 # each error must give. Every other file must validate.
 REFUSED = {
     "demo-otelcol-config.yaml": [
-        "service.telemetry.metrics.readers[0]: not supported by inferwatch: periodic metric readers",
         "service.telemetry.logs.processors: not supported by inferwatch: exporting the agent's own logs",
         "processors.filter/sanitize_profiles.profiles: unknown field `profiles`",
         "processors.resource_detection.detectors[1]: detector \"docker\" is not available",
     ],
     "helm-internalTelemetryViaOTLP.yaml": [
         "service.telemetry.logs.processors: not supported by inferwatch: exporting the agent's own logs",
-        "service.telemetry.metrics.readers[0]: not supported by inferwatch: periodic metric readers",
         "service.telemetry.traces.processors: not supported by inferwatch: inferwatch does not trace itself",
     ],
     "helm-daemonset-resource-detection-agent.yaml": [

@@ -29,9 +29,10 @@ def test_counts_after_known_traffic(agents, grpc_sink):
     a.wait_metric("otelcol_exporter_sent_log_records_total", lambda v: v == 4, exporter="otlp/sink")
     a.wait_metric("otelcol_exporter_sent_spans_total", lambda v: v == 48, exporter="otlp/sink")
 
-    r = requests.get(f"http://127.0.0.1:{ports.metrics}/metrics", timeout=5)
+    r = requests.get(f"http://127.0.0.1:{ports.metrics}/metrics", timeout=5,
+                     headers={"Accept": "application/openmetrics-text; version=1.0.0"})
     assert r.status_code == 200
-    assert "openmetrics-text" in r.headers.get("Content-Type", "") or "text/plain" in r.headers.get("Content-Type", "")
+    assert r.headers.get("Content-Type", "").startswith("application/openmetrics-text; version=1.0.0"), r.headers
     text = r.text
     assert text.rstrip().endswith("# EOF"), text[-200:]
     assert "# TYPE otelcol_receiver_accepted_spans counter" in text

@@ -4,8 +4,8 @@
 use super::envsubst::{Env, substitute};
 use super::yaml::{self, Key, Node, NodeKind};
 use super::{
-    ComponentConfig, Config, ConfigError, Location, MetricsLevel, PipelineConfig, PipelineId, ServiceConfig,
-    TelemetryConfig,
+    ComponentConfig, Config, ConfigError, Location, LogEncoding, MetricsLevel, OtlpProtocol, OtlpPushConfig,
+    PeriodicReaderConfig, PipelineConfig, PipelineId, ServiceConfig, TelemetryConfig, Temporality,
 };
 use crate::component::{ComponentId, PathSeg};
 use crate::pdata::Signal;
@@ -410,7 +410,7 @@ impl Build {
                                 ),
                             },
                             "address" => address = self.scalar(mv, &mkey).map(str::to_string),
-                            "readers" => from_readers = self.readers(mv, &mkey),
+                            "readers" => from_readers = self.readers(mv, &mkey, &mut t),
                             "views" => self.unsupported(
                                 &mk.location,
                                 &mkey,
@@ -456,17 +456,10 @@ impl Build {
         t.metrics_address =
             if t.metrics_level == MetricsLevel::None { None } else { from_readers.or(address).or(default) };
         t.metrics_tls = self.metrics_tls.take();
-        if let Some((rk, _)) = node.entry("resource").filter(|_| !t.resource.is_empty()) {
-            self.warn(
-                &rk.location,
-                "service.telemetry.resource",
-                "read, but not yet put on the agent's own metrics (needs target_info in the self-metrics registry)",
-            );
-        }
         t
     }
 
-    /// `service.telemetry.logs`: the agent logs plain text to stderr through `tracing`.
+    /// `service.telemetry.logs`: the agent logs console text or JSON lines to stderr through `tracing`.
     fn logs(&mut self, node: &Node, key: &str, t: &mut TelemetryConfig) {
         for (lk, lv) in self.entries(node, key) {
             let lkey = format!("{key}.{}", lk.text);
@@ -486,8 +479,8 @@ impl Build {
                     }
                 }
                 "encoding" => match self.scalar(lv, &lkey) {
-                    Some("console") | None => {}
-                    Some("json") => self.unsupported(&lv.location, &lkey, "JSON logs (the agent logs console text)"),
+                    Some("console") | None => t.logs_encoding = LogEncoding::Console,
+                    Some("json") => t.logs_encoding = LogEncoding::Json,
                     Some(other) => {
                         self.err(&lv.location, lkey, format!("invalid encoding {other:?} (expected console or json)"))
                     }
@@ -569,8 +562,9 @@ impl Build {
         }
     }
 
-    /// The address of the first `pull.exporter.prometheus` reader.
-    fn readers(&mut self, node: &Node, key: &str) -> Option<String> {
+    /// The address of the first `pull.exporter.prometheus` reader; `periodic` readers go to
+    /// `t.periodic_readers`.
+    fn readers(&mut self, node: &Node, key: &str, t: &mut TelemetryConfig) -> Option<String> {
         let items = match &node.kind {
             NodeKind::Seq(items) => items.as_slice(),
             _ => {
@@ -581,19 +575,31 @@ impl Build {
         let mut found = None;
         for (i, r) in items.iter().enumerate() {
             let rkey = format!("{key}[{i}]");
-            if r.entry("periodic").is_some() {
-                self.unsupported(
-                    &r.location,
-                    &rkey,
-                    "periodic metric readers (OTLP push of the agent's own metrics) are not built yet; use pull.exporter.prometheus and scrape it",
-                );
-                continue;
+            let entries = self.entries(r, &rkey);
+            if entries.len() != 1 {
+                self.err(&r.location, &rkey, "a reader is exactly one of pull or periodic");
             }
-            let path = ["pull", "exporter", "prometheus"].map(|s| PathSeg::Key(s.into()));
-            let Some(prom) = r.get(&path) else {
-                self.err(&r.location, rkey, "unsupported metrics reader (only pull.exporter.prometheus is supported)");
-                continue;
-            };
+            let mut prom = None;
+            for (k, v) in entries {
+                let kkey = format!("{rkey}.{}", k.text);
+                match k.text.as_str() {
+                    "periodic" => {
+                        if let Some(p) = self.periodic(v, &kkey) {
+                            t.periodic_readers.push(p);
+                        }
+                    }
+                    "pull" => match v.get(&["exporter", "prometheus"].map(|s| PathSeg::Key(s.into()))) {
+                        Some(p) => prom = Some(p),
+                        None => self.err(
+                            &v.location,
+                            kkey,
+                            "unsupported pull reader (only pull.exporter.prometheus is supported)",
+                        ),
+                    },
+                    _ => self.unknown(k, &kkey, &["pull", "periodic"]),
+                }
+            }
+            let Some(prom) = prom else { continue };
             if found.is_some() {
                 self.err(&r.location, rkey, "only one prometheus reader is supported");
                 continue;
@@ -643,6 +649,261 @@ impl Build {
             });
         }
         found
+    }
+
+    /// A duration given as otelcol's schema has it (an integer of milliseconds), or as a Go
+    /// duration string (`10s`); it must be positive.
+    fn millis(&mut self, node: &Node, key: &str) -> Option<Duration> {
+        let text = self.scalar(node, key)?;
+        let d = match text.parse::<u64>() {
+            Ok(ms) => Ok(Duration::from_millis(ms)),
+            Err(_) => parse_go_duration(text).map_err(|e| format!("{e} (expected milliseconds, e.g. 60000, or 60s)")),
+        };
+        match d {
+            Ok(d) if !d.is_zero() => Some(d),
+            Ok(_) => {
+                self.err(&node.location, key, "must be greater than 0");
+                None
+            }
+            Err(e) => {
+                self.err(&node.location, key, e);
+                None
+            }
+        }
+    }
+
+    /// `readers[].periodic`: `interval`, `timeout` and one push `exporter`.
+    fn periodic(&mut self, node: &Node, key: &str) -> Option<PeriodicReaderConfig> {
+        let (mut interval, mut timeout) = (Duration::from_secs(60), Duration::from_secs(30));
+        let mut exporter = None;
+        for (k, v) in self.entries(node, key) {
+            let kkey = format!("{key}.{}", k.text);
+            match k.text.as_str() {
+                "interval" => interval = self.millis(v, &kkey).unwrap_or(interval),
+                "timeout" => timeout = self.millis(v, &kkey).unwrap_or(timeout),
+                "exporter" => {
+                    let entries = self.entries(v, &kkey);
+                    if entries.len() != 1 {
+                        self.err(&v.location, &kkey, "expected exactly one exporter (otlp, otlp_http or otlp_grpc)");
+                    }
+                    for (ek, ev) in entries {
+                        let ekey = format!("{kkey}.{}", ek.text);
+                        match ek.text.as_str() {
+                            "otlp" | "otlp_http" | "otlp_grpc" => exporter = self.otlp_push(ev, &ekey, &ek.text),
+                            "console" => self.unsupported(
+                                &ek.location,
+                                &ekey,
+                                "the console metric exporter (push with otlp, or scrape the pull reader)",
+                            ),
+                            "otlp_file/development" | "otlp_file" => {
+                                self.unsupported(&ek.location, &ekey, "the otlp_file metric exporter (push with otlp)")
+                            }
+                            _ => self.unknown(ek, &ekey, &["otlp", "otlp_http", "otlp_grpc", "console"]),
+                        }
+                    }
+                }
+                "producers" => self.unsupported(
+                    &k.location,
+                    &kkey,
+                    "metric producers (the reader pushes the agent's own metrics, nothing else)",
+                ),
+                "cardinality_limits" => self.unsupported(
+                    &k.location,
+                    &kkey,
+                    "cardinality_limits (the SDK's default of 2000 series per metric applies)",
+                ),
+                _ => self.unknown(k, &kkey, &["interval", "timeout", "exporter", "producers", "cardinality_limits"]),
+            }
+        }
+        if exporter.is_none() && node.entry("exporter").is_none() {
+            self.err(&node.location, format!("{key}.exporter"), "a periodic reader needs an exporter (otlp)");
+        }
+        Some(PeriodicReaderConfig { interval, timeout, exporter: exporter? })
+    }
+
+    /// `exporter.otlp` (configuration schema 0.3: `protocol`, `certificate`, `insecure`, ...) or
+    /// `exporter.otlp_http` / `exporter.otlp_grpc` (later schemas: `tls`, `encoding`).
+    fn otlp_push(&mut self, node: &Node, key: &str, flavor: &str) -> Option<OtlpPushConfig> {
+        let mut c = OtlpPushConfig {
+            protocol: if flavor == "otlp_grpc" { OtlpProtocol::Grpc } else { OtlpProtocol::HttpProtobuf },
+            endpoint: String::new(),
+            headers: Vec::new(),
+            gzip: false,
+            timeout: Duration::from_secs(10),
+            insecure: false,
+            certificate: None,
+            client_certificate: None,
+            client_key: None,
+            temporality: Temporality::Cumulative,
+        };
+        let errors = self.errors.len();
+        let mut expected =
+            vec!["endpoint", "headers", "headers_list", "compression", "timeout", "temporality_preference"];
+        expected.push("default_histogram_aggregation");
+        match flavor {
+            "otlp" => expected.extend(["protocol", "insecure", "certificate", "client_certificate", "client_key"]),
+            "otlp_http" => expected.extend(["encoding", "tls"]),
+            _ => expected.push("tls"),
+        }
+        for (k, v) in self.entries(node, key) {
+            let kkey = format!("{key}.{}", k.text);
+            if !expected.contains(&k.text.as_str()) {
+                self.unknown(k, &kkey, &expected);
+                continue;
+            }
+            match k.text.as_str() {
+                "protocol" => match self.scalar(v, &kkey) {
+                    Some("grpc") => c.protocol = OtlpProtocol::Grpc,
+                    Some("http/protobuf") => c.protocol = OtlpProtocol::HttpProtobuf,
+                    Some("http/json") => c.protocol = OtlpProtocol::HttpJson,
+                    Some(p) => self.err(
+                        &v.location,
+                        kkey,
+                        format!("invalid protocol {p:?} (expected grpc, http/protobuf or http/json)"),
+                    ),
+                    None => {}
+                },
+                "encoding" => match self.scalar(v, &kkey) {
+                    Some("protobuf") => c.protocol = OtlpProtocol::HttpProtobuf,
+                    Some("json") => c.protocol = OtlpProtocol::HttpJson,
+                    Some(e) => self.err(&v.location, kkey, format!("invalid encoding {e:?} (expected protobuf or json)")),
+                    None => {}
+                },
+                "endpoint" => c.endpoint = self.scalar(v, &kkey).unwrap_or_default().to_string(),
+                "headers" => self.push_headers(v, &kkey, &mut c.headers),
+                "headers_list" => {
+                    for pair in self.scalar(v, &kkey).unwrap_or_default().split(',').filter(|p| !p.trim().is_empty()) {
+                        match pair.split_once('=') {
+                            Some((n, val)) if !n.trim().is_empty() => {
+                                c.headers.push((n.trim().to_string(), val.trim().to_string()))
+                            }
+                            _ => self.err(&v.location, &kkey, format!("expected name=value pairs, got {pair:?}")),
+                        }
+                    }
+                }
+                "compression" => match self.scalar(v, &kkey) {
+                    Some("gzip") => c.gzip = true,
+                    Some("none" | "") | None => c.gzip = false,
+                    Some(o) => self.err(&v.location, kkey, format!("invalid compression {o:?} (expected gzip or none)")),
+                },
+                "timeout" => c.timeout = self.millis(v, &kkey).unwrap_or(c.timeout),
+                "insecure" => c.insecure = self.boolean(v, &kkey),
+                "certificate" => c.certificate = self.scalar(v, &kkey).map(str::to_string),
+                "client_certificate" => c.client_certificate = self.scalar(v, &kkey).map(str::to_string),
+                "client_key" => c.client_key = self.scalar(v, &kkey).map(str::to_string),
+                "tls" => {
+                    let mut known = vec!["ca_file", "cert_file", "key_file"];
+                    if flavor == "otlp_grpc" {
+                        known.push("insecure");
+                    }
+                    for (tk, tv) in self.entries(v, &kkey) {
+                        let tkey = format!("{kkey}.{}", tk.text);
+                        match tk.text.as_str() {
+                            "ca_file" => c.certificate = self.scalar(tv, &tkey).map(str::to_string),
+                            "cert_file" => c.client_certificate = self.scalar(tv, &tkey).map(str::to_string),
+                            "key_file" => c.client_key = self.scalar(tv, &tkey).map(str::to_string),
+                            "insecure" if flavor == "otlp_grpc" => c.insecure = self.boolean(tv, &tkey),
+                            _ => self.unknown(tk, &tkey, &known),
+                        }
+                    }
+                }
+                "temporality_preference" => match self.scalar(v, &kkey) {
+                    Some("cumulative") => c.temporality = Temporality::Cumulative,
+                    Some("delta") => c.temporality = Temporality::Delta,
+                    Some("low_memory" | "lowmemory") => c.temporality = Temporality::LowMemory,
+                    Some(o) => self.err(
+                        &v.location,
+                        kkey,
+                        format!("invalid temporality_preference {o:?} (expected cumulative, delta or low_memory)"),
+                    ),
+                    None => {}
+                },
+                // The only key left: default_histogram_aggregation.
+                _ => match self.scalar(v, &kkey) {
+                    Some("explicit_bucket_histogram" | "base2_exponential_bucket_histogram") => self.warn(
+                        &k.location,
+                        kkey,
+                        "has no effect: the agent's own metrics are counters and gauges (no histograms)",
+                    ),
+                    Some(o) => self.err(
+                        &v.location,
+                        kkey,
+                        format!(
+                            "invalid default_histogram_aggregation {o:?} (expected explicit_bucket_histogram or base2_exponential_bucket_histogram)"
+                        ),
+                    ),
+                    None => {}
+                },
+            }
+        }
+        let grpc = c.protocol == OtlpProtocol::Grpc;
+        if c.endpoint.is_empty() {
+            c.endpoint = if grpc { "http://localhost:4317" } else { "http://localhost:4318" }.into();
+        }
+        let at = node.entry("endpoint").map_or(&node.location, |(_, v)| &v.location);
+        let scheme = c.endpoint.split_once("://").map(|(s, _)| s);
+        match scheme {
+            Some("http" | "https") => {}
+            None if grpc => {}
+            Some(s) => {
+                self.err(at, format!("{key}.endpoint"), format!("unsupported scheme {s:?} (expected http or https)"))
+            }
+            None => self.err(
+                at,
+                format!("{key}.endpoint"),
+                format!("an HTTP endpoint is a URL (http://host:port[/path]), got {:?}", c.endpoint),
+            ),
+        }
+        if c.client_certificate.is_some() != c.client_key.is_some() {
+            self.err(&node.location, key, "client_certificate and client_key (cert_file and key_file) go together");
+        }
+        if !c.use_tls() && (c.certificate.is_some() || c.client_certificate.is_some()) {
+            self.err(
+                &node.location,
+                key,
+                "TLS files are set but the connection is plain text (http:// endpoint or insecure: true)",
+            );
+        }
+        (self.errors.len() == errors).then_some(c)
+    }
+
+    /// `headers`: otelcol's list of `{name, value}`, or a map of name to value.
+    fn push_headers(&mut self, node: &Node, key: &str, out: &mut Vec<(String, String)>) {
+        match &node.kind {
+            NodeKind::Null => {}
+            NodeKind::Map(entries) => {
+                for (k, v) in entries {
+                    let hkey = format!("{key}.{}", k.text);
+                    if let Some(val) = self.scalar(v, &hkey) {
+                        out.push((k.text.clone(), val.to_string()));
+                    }
+                }
+            }
+            NodeKind::Seq(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let ikey = format!("{key}[{i}]");
+                    let name = item.get(&[PathSeg::Key("name".into())]).and_then(Node::as_str);
+                    let value = item.get(&[PathSeg::Key("value".into())]).and_then(Node::as_str);
+                    match (name, value) {
+                        (Some(n), Some(v)) if !n.is_empty() => out.push((n.to_string(), v.to_string())),
+                        _ => self.err(&item.location, ikey, "expected {name: ..., value: ...}"),
+                    }
+                }
+            }
+            _ => self.err(&node.location, key, "expected a list of {name, value} or a map"),
+        }
+    }
+
+    /// A boolean scalar (`true` / `false`); anything else is an error and reads as false.
+    fn boolean(&mut self, node: &Node, key: &str) -> bool {
+        match node.to_json() {
+            serde_json::Value::Bool(b) => b,
+            serde_json::Value::Null => false,
+            _ => {
+                self.err(&node.location, key, "expected true or false");
+                false
+            }
+        }
     }
 }
 
@@ -722,6 +983,107 @@ service:
     }
 
     #[test]
+    fn periodic_readers_and_json_logs() {
+        let base = "receivers: {otlp: }\nexporters: {debug: }\nservice:\n  pipelines: {traces: {receivers: [otlp], exporters: [debug]}}\n  telemetry:\n";
+        let text = format!(
+            "{base}    logs: {{encoding: json, level: warn}}\n    resource: {{service.name: agent-7, service.version: }}\n    metrics:\n      readers:\n        - pull: {{exporter: {{prometheus: {{host: 0.0.0.0, port: 9464}}}}}}\n        - periodic:\n            interval: 1500\n            timeout: 5s\n            exporter:\n              otlp:\n                protocol: grpc\n                endpoint: 127.0.0.1:4317\n                insecure: true\n                headers: [{{name: x-tenant, value: a}}]\n                headers_list: 'k=v, k2=v2'\n                compression: gzip\n                timeout: 2000\n                temporality_preference: delta\n        - periodic:\n            exporter:\n              otlp_http: {{endpoint: 'https://otel.example:4318/custom', encoding: json, tls: {{ca_file: /ca.pem}}}}\n"
+        );
+        let c = load_str("t.yaml", &text, &no_env).unwrap();
+        let t = &c.service.telemetry;
+        assert_eq!(t.logs_encoding, LogEncoding::Json);
+        assert_eq!(t.logs_level.as_deref(), Some("warn"));
+        assert_eq!(t.metrics_address.as_deref(), Some("0.0.0.0:9464"));
+        assert_eq!(t.resource, [("service.name".into(), Some("agent-7".into())), ("service.version".into(), None)]);
+        assert!(c.load_warnings.is_empty(), "{:?}", c.load_warnings);
+        let [g, h] = t.periodic_readers.as_slice() else { panic!("{:?}", t.periodic_readers) };
+        assert_eq!((g.interval, g.timeout), (Duration::from_millis(1500), Duration::from_secs(5)));
+        let e = &g.exporter;
+        assert_eq!(
+            (e.protocol, e.endpoint.as_str(), e.insecure, e.gzip),
+            (OtlpProtocol::Grpc, "127.0.0.1:4317", true, true)
+        );
+        let headers: Vec<(&str, &str)> = e.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(headers, [("x-tenant", "a"), ("k", "v"), ("k2", "v2")]);
+        assert_eq!((e.timeout, e.temporality), (Duration::from_secs(2), Temporality::Delta));
+        assert!(!e.use_tls());
+        assert_eq!((h.interval, h.timeout), (Duration::from_secs(60), Duration::from_secs(30)));
+        let e = &h.exporter;
+        assert_eq!((e.protocol, e.certificate.as_deref()), (OtlpProtocol::HttpJson, Some("/ca.pem")));
+        assert!(e.use_tls());
+        // The default endpoint of an HTTP exporter is otelcol's.
+        let dflt = format!(
+            "{base}    metrics: {{readers: [{{periodic: {{exporter: {{otlp: {{protocol: http/protobuf}}}}}}}}]}}\n"
+        );
+        let d = load_str("t.yaml", &dflt, &no_env).unwrap();
+        assert_eq!(d.service.telemetry.periodic_readers[0].exporter.endpoint, "http://localhost:4318");
+        // The pull default stays when only periodic readers are given.
+        assert_eq!(d.service.telemetry.metrics_address.as_deref(), Some("127.0.0.1:8888"));
+    }
+
+    #[test]
+    fn periodic_reader_errors_name_the_key() {
+        let base = "receivers: {otlp: }\nexporters: {debug: }\nservice:\n  pipelines: {traces: {receivers: [otlp], exporters: [debug]}}\n  telemetry:\n    metrics:\n      readers:\n";
+        let bad = |reader: &str| {
+            let e = load_str("t.yaml", &format!("{base}        - {reader}\n"), &no_env).unwrap_err();
+            e.into_iter().map(|e| format!("{}: {}", e.key, e.message)).collect::<Vec<_>>()
+        };
+        let k = "service.telemetry.metrics.readers[0]";
+        let cases = [
+            (
+                "{periodic: {interval: 0, exporter: {otlp: {}}}}",
+                format!("{k}.periodic.interval: must be greater than 0"),
+            ),
+            (
+                "{periodic: {exporter: {console: {}}}}",
+                format!("{k}.periodic.exporter.console: not supported by inferwatch"),
+            ),
+            (
+                "{periodic: {producers: [], exporter: {otlp: {}}}}",
+                format!("{k}.periodic.producers: not supported by inferwatch"),
+            ),
+            (
+                "{periodic: {exporter: {otlp: {protocol: thrift}}}}",
+                format!("{k}.periodic.exporter.otlp.protocol: invalid protocol"),
+            ),
+            (
+                "{periodic: {exporter: {otlp: {endpointt: x}}}}",
+                format!("{k}.periodic.exporter.otlp.endpointt: unknown key \"endpointt\""),
+            ),
+            (
+                "{periodic: {exporter: {otlp_http: {insecure: true}}}}",
+                format!("{k}.periodic.exporter.otlp_http.insecure: unknown key"),
+            ),
+            (
+                "{periodic: {exporter: {otlp: {endpoint: 'http://h:1', certificate: /ca.pem}}}}",
+                format!("{k}.periodic.exporter.otlp: TLS files are set but"),
+            ),
+            (
+                "{periodic: {exporter: {otlp: {client_key: /k.pem}}}}",
+                format!("{k}.periodic.exporter.otlp: client_certificate and client_key"),
+            ),
+            (
+                "{periodic: {exporter: {otlp: {endpoint: 'h:4318'}}}}",
+                format!("{k}.periodic.exporter.otlp.endpoint: an HTTP endpoint is a URL"),
+            ),
+            (
+                "{periodic: {exporter: {otlp: {}}}, pull: {}}",
+                format!("{k}: a reader is exactly one of pull or periodic"),
+            ),
+            ("{push: {}}", format!("{k}.push: unknown key \"push\" (expected pull or periodic)")),
+        ];
+        for (reader, want) in cases {
+            let got = bad(reader);
+            assert!(got.iter().any(|g| g.starts_with(&want)), "{reader}: {want:?} not in {got:#?}");
+        }
+        // A histogram setting is accepted with a warning (the agent has no histograms).
+        let ok = format!(
+            "{base}        - {{periodic: {{exporter: {{otlp: {{default_histogram_aggregation: explicit_bucket_histogram}}}}}}}}\n"
+        );
+        let c = load_str("t.yaml", &ok, &no_env).unwrap();
+        assert!(c.load_warnings[0].message.contains("no histograms"), "{:?}", c.load_warnings);
+    }
+
+    #[test]
     fn env_substitution_types_values() {
         let env = |k: &str| match k {
             "PORT" => Some("4317".to_string()),
@@ -783,7 +1145,7 @@ service:
             ("service.pipelines.spans", 13, 5, "unknown pipeline type \"spans\""),
             ("service.pipelines.traces/", 14, 5, "invalid pipeline id"),
             ("service.telemetry.metrics.level", 16, 22, "invalid level \"loud\""),
-            ("service.telemetry.metrics.readers[0]", 16, 38, "not supported by inferwatch: periodic metric readers"),
+            ("service.telemetry.metrics.readers[0].periodic.exporter", 16, 49, "needs an exporter (otlp)"),
             ("service.telemetry.logs.level", 17, 19, "invalid level \"trace\""),
             ("service.telemetry.logs.encoding", 17, 36, "invalid encoding \"xml\""),
             ("service.telemetry.logs.development", 17, 54, "not supported by inferwatch: zap's development mode"),

@@ -145,6 +145,10 @@ pub struct TelemetryConfig {
     pub metrics_tls: Option<crate::tls::server::TlsServerSettings>,
     /// Log level from `service.telemetry.logs.level`, if set.
     pub logs_level: Option<String>,
+    /// `service.telemetry.logs.encoding`.
+    pub logs_encoding: LogEncoding,
+    /// `service.telemetry.metrics.readers[].periodic`: OTLP push of the agent's own metrics.
+    pub periodic_readers: Vec<PeriodicReaderConfig>,
     /// `service.telemetry.metrics.level` (default `normal`; `none` turns the endpoint off).
     pub metrics_level: MetricsLevel,
     /// `service.telemetry.resource`: attributes of the agent's own telemetry, in file order; a
@@ -158,8 +162,91 @@ impl Default for TelemetryConfig {
             metrics_address: Some("127.0.0.1:8888".into()),
             metrics_tls: None,
             logs_level: None,
+            logs_encoding: LogEncoding::Console,
+            periodic_readers: Vec::new(),
             metrics_level: MetricsLevel::Normal,
             resource: Vec::new(),
+        }
+    }
+}
+
+/// otelcol's `service.telemetry.logs.encoding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogEncoding {
+    /// Human-readable lines (the default).
+    #[default]
+    Console,
+    /// One JSON object per line.
+    Json,
+}
+
+/// One `readers[].periodic` entry: collect every `interval`, push with `exporter`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeriodicReaderConfig {
+    /// Time between the start of two exports (`interval`, milliseconds in otelcol; default 60 s).
+    pub interval: Duration,
+    /// Deadline of one collection and export (`timeout`, default 30 s).
+    pub timeout: Duration,
+    /// `exporter.otlp`.
+    pub exporter: OtlpPushConfig,
+}
+
+/// The OTLP wire protocol of a push exporter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// `grpc`.
+    Grpc,
+    /// `http/protobuf` (otelcol's default).
+    HttpProtobuf,
+    /// `http/json`.
+    HttpJson,
+}
+
+/// Aggregation temporality asked of a push exporter (`temporality_preference`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Temporality {
+    /// Sums from the start of the process (the default).
+    Cumulative,
+    /// Sums since the previous export.
+    Delta,
+    /// Delta for synchronous counters, cumulative otherwise (the agent's are all observed).
+    LowMemory,
+}
+
+/// `readers[].periodic.exporter.otlp`, as otelcol's configuration schema has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpPushConfig {
+    /// `protocol`.
+    pub protocol: OtlpProtocol,
+    /// `endpoint`: `http(s)://host:port[/path]` (an HTTP endpoint without a path gets `/v1/metrics`).
+    pub endpoint: String,
+    /// `headers` (list of `{name, value}` or a map) and `headers_list` (`k=v,k2=v2`).
+    pub headers: Vec<(String, String)>,
+    /// `compression: gzip` (default none).
+    pub gzip: bool,
+    /// Deadline of one export request (`timeout`, default 10 s).
+    pub timeout: Duration,
+    /// `insecure`: plain text for an endpoint without `https://`.
+    pub insecure: bool,
+    /// `certificate`: CA file to verify the server with.
+    pub certificate: Option<String>,
+    /// `client_certificate` and `client_key`: client identity for mutual TLS.
+    pub client_certificate: Option<String>,
+    /// See `client_certificate`.
+    pub client_key: Option<String>,
+    /// `temporality_preference`.
+    pub temporality: Temporality,
+}
+
+impl OtlpPushConfig {
+    /// Whether the connection uses TLS: `https://` always, `http://` never, else unless `insecure`.
+    pub fn use_tls(&self) -> bool {
+        if self.endpoint.starts_with("https://") {
+            true
+        } else if self.endpoint.starts_with("http://") {
+            false
+        } else {
+            !self.insecure
         }
     }
 }

@@ -346,20 +346,22 @@ impl Checked {
         let scope = InstrumentationScope::decode(bucket.scope.as_slice())?;
         let group = self.group_attributes(key);
         let theta = model.theta();
-        let mut gauges = vec![(ALPHA, theta[0]), (BETA, theta[1])];
+        // The coefficients are in the units of the inputs (docs/detectors/coupled_model.md):
+        // no unit, so no `_ratio`; R² is a fraction of variance, a true ratio.
+        let mut gauges = vec![(ALPHA, theta[0], ""), (BETA, theta[1], "")];
         if self.shape.quality {
-            gauges.push((GAMMA, theta[2]));
+            gauges.push((GAMMA, theta[2], ""));
         }
         let r2 = model.r2();
         if let Some(r2) = r2 {
-            gauges.push((R2, r2));
+            gauges.push((R2, r2, "1"));
         }
-        for (name, value) in gauges {
+        for (name, value, unit) in gauges {
             out.push(Point {
                 resource: resource.clone(),
                 scope: scope.clone(),
                 name,
-                unit: "1",
+                unit,
                 time_ns: joined.time,
                 value,
                 attributes: group.clone(),

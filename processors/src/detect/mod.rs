@@ -9,10 +9,13 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-/// Name of the raw score gauge.
+/// Name of the raw score gauge (Prometheus `llm_anomaly_score`).
 pub const SCORE: &str = "llm.anomaly.score";
-/// Name of the normalised level gauge, in [0, 1].
+/// Name of the normalised level gauge, in [0, 1] (Prometheus `llm_anomaly_level`).
 pub const LEVEL: &str = "llm.anomaly.level";
+/// Unit of [`SCORE`] and [`LEVEL`]: none. A score or a severity level is not a fraction of
+/// anything, and unit `1` would make the Prometheus name end in `_ratio`.
+pub const SCORE_UNIT: &str = "";
 /// Name of the forecast gauge of `trend_forecast`, seconds until the predicted breach.
 pub const BREACH_ETA: &str = "llm.slo.breach_eta";
 
@@ -52,7 +55,7 @@ pub struct Point {
     pub scope: InstrumentationScope,
     /// Gauge name (`llm.anomaly.score`, `llm.anomaly.level`, `llm.slo.breach_eta`, ...).
     pub name: &'static str,
-    /// Unit of the gauge (`1`, `s`).
+    /// Unit of the gauge (`s`, `1` for a true ratio, empty for none).
     pub unit: &'static str,
     /// Event time (ns): the input point's timestamp.
     pub time_ns: u64,
@@ -104,7 +107,7 @@ impl Output {
                 resource: resource.clone(),
                 scope: scope.clone(),
                 name,
-                unit: "1",
+                unit: SCORE_UNIT,
                 time_ns,
                 value,
                 attributes: attrs.clone(),

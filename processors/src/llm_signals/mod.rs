@@ -28,15 +28,16 @@ use serde::Deserialize;
 use state::{Params, RestoreError, Skip, State};
 use std::time::Duration;
 
-/// Version of the checkpoint format written by [`LlmSignals`] (2: group keys hold identity attributes).
-pub const STATE_VERSION: u32 = 2;
+/// Version of the checkpoint format written by [`LlmSignals`] (2: group keys hold identity
+/// attributes; 3: and `service.name`).
+pub const STATE_VERSION: u32 = 3;
 
 /// Default `identity_attributes`: the pod identity `resourcedetection` / `k8s_attributes` set.
 pub const DEFAULT_IDENTITY: [&str; 3] = ["k8s.namespace.name", "k8s.pod.name", "k8s.node.name"];
 
 /// Output point attributes an identity attribute must not replace.
-const RESERVED: [&str; 5] =
-    ["gen_ai.request.model", "service.version", "service.instance.id", "source", "gen_ai.request.id"];
+const RESERVED: [&str; 6] =
+    ["gen_ai.request.model", "service.name", "service.version", "service.instance.id", "source", "gen_ai.request.id"];
 
 /// Settings of `llm_signals`.
 #[derive(Debug, Clone, Deserialize)]
@@ -284,7 +285,7 @@ impl LlmSignals {
             }
             let Some((flavor, req, own)) = reader.read(row, &self.cfg.rules.attributes)? else { continue };
             let res = resources.info(row)?;
-            let key = self.cfg.rules.key(Source::Spans, own.as_deref(), flavor == spans::Flavor::Tgi, &res);
+            let key = self.cfg.rules.key(Source::Spans, own.as_deref(), None, flavor == spans::Flavor::Tgi, &res);
             if self.cfg.per_request {
                 output::push_request(&mut per_request, &key, time, &req);
             }
@@ -302,14 +303,14 @@ impl LlmSignals {
         let mut resources = ResourceReader::new(batch, &self.cfg.rules.identity)?;
         let mut results = Vec::new();
         for row in 0..batch.num_rows() {
-            let Some((sample, tgi, own)) = reader.read(row)? else { continue };
-            if sample.time < self.state.watermark() {
+            let Some(s) = reader.read(row)? else { continue };
+            if s.sample.time < self.state.watermark() {
                 results.push(Err(Skip::Late));
                 continue;
             }
             let res = resources.info(row)?;
-            let key = self.cfg.rules.key(Source::Scrape, own.as_deref(), tgi, &res);
-            results.push(self.state.add_sample(key, sample));
+            let key = self.cfg.rules.key(Source::Scrape, s.model.as_deref(), s.version.as_deref(), s.tgi, &res);
+            results.push(self.state.add_sample(key, s.sample));
         }
         self.count(results.into_iter());
         Ok(())

@@ -3,8 +3,11 @@
 //! Model: the data's own model (span attributes in `model_attributes` order, or the scrape label
 //! `model_name`) → resource attribute `gen_ai.request.model` → `tgi_model` (TGI data only) →
 //! `default_model` → resource `service.name` (unless the SDK default `unknown_service…`) →
-//! `"unknown"`. Version: resource `service.version`. Instance: resource `service.instance.id`,
-//! else `server.address[:server.port]` (as the prometheus receiver sets them), else empty.
+//! `"unknown"`. Service: resource `service.name`. Version: for scraped data its own label
+//! `service.version` / `service_version` (a target label set by `static_configs` or
+//! `relabel_configs`), then, for both sources, resource `service.version`. Instance, one rule
+//! for both sources: resource `service.instance.id`, else `server.address[:server.port]` (the
+//! prometheus receiver sets both to the target's `host:port`), else empty.
 //! Identity: the resource attributes of `identity_attributes` present (`k8s.pod.name`, ...),
 //! copied onto the outputs so that a dashboard or an alert can say which pod.
 
@@ -21,6 +24,9 @@ use std::rc::Rc;
 pub const UNKNOWN_MODEL: &str = "unknown";
 /// Resource / span attribute naming the model.
 pub const MODEL_ATTRIBUTE: &str = "gen_ai.request.model";
+/// Scrape labels naming the version of the scraped server, tried in order (a target label: the
+/// Prometheus form cannot hold a dot).
+pub const VERSION_LABELS: [&str; 2] = ["service.version", "service_version"];
 
 /// Where a group's signals come from (the `source` attribute of its output points).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -52,15 +58,20 @@ pub struct GroupKey {
     pub version: String,
     /// Instance (attribute `service.instance.id`).
     pub instance: String,
+    /// Service (attribute `service.name`: the source resource's, empty when unset).
+    pub service: String,
     /// Identity resource attributes present (`k8s.pod.name`, ...), in `identity_attributes` order.
     pub identity: Vec<(String, String)>,
 }
 
 impl GroupKey {
-    /// The point attributes of every output of this group.
+    /// The point attributes of every output of this group: the same keys for both sources
+    /// (`gen_ai.request.model`, `service.name`, `service.version`, `service.instance.id`,
+    /// `source`, then the identity attributes present).
     pub fn attributes(&self) -> Vec<KeyValue> {
         vec![
             string_kv(MODEL_ATTRIBUTE, &self.model),
+            string_kv(schema::SERVICE_NAME, &self.service),
             string_kv(schema::SERVICE_VERSION, &self.version),
             string_kv(schema::SERVICE_INSTANCE_ID, &self.instance),
             string_kv("source", self.source.as_str()),
@@ -96,6 +107,8 @@ pub fn scalar_string(v: Option<&AnyValue>) -> Option<String> {
 pub struct ResourceInfo {
     /// `service.name`, when set and not the SDK's `unknown_service…` default.
     pub service_name: Option<String>,
+    /// `service.name` as set (empty when unset).
+    pub service: String,
     /// Resource attribute `gen_ai.request.model`, when set and not empty.
     pub model: Option<String>,
     /// `service.version` (empty when unset).
@@ -135,13 +148,21 @@ impl ModelRules {
             .to_string()
     }
 
-    /// The group key of data from `source`.
-    pub fn key(&self, source: Source, own: Option<&str>, tgi: bool, res: &ResourceInfo) -> GroupKey {
+    /// The group key of data from `source` naming `own` model and `own_version` (a scrape label).
+    pub fn key(
+        &self,
+        source: Source,
+        own: Option<&str>,
+        own_version: Option<&str>,
+        tgi: bool,
+        res: &ResourceInfo,
+    ) -> GroupKey {
         GroupKey {
             source,
             model: self.resolve(own, tgi, res),
-            version: res.version.clone(),
+            version: own_version.and_then(nonempty).unwrap_or(&res.version).to_string(),
             instance: res.instance.clone(),
+            service: res.service.clone(),
             identity: res.identity.clone(),
         }
     }
@@ -220,8 +241,8 @@ impl<'a> ResourceReader<'a> {
         let attr = |key: &str| attrs.iter().find(|kv| kv.key == key).and_then(|kv| scalar_string(kv.value.as_ref()));
         // Promoted columns hold string values; a non-string value stays in the map.
         let typed = |c: Option<&StringArray>, key: &str| str_at(c, row).map(str::to_string).or_else(|| attr(key));
-        let service_name =
-            typed(self.name, schema::SERVICE_NAME).filter(|n| !n.is_empty() && !n.starts_with("unknown_service"));
+        let service = typed(self.name, schema::SERVICE_NAME).unwrap_or_default();
+        let service_name = Some(service.clone()).filter(|n| !n.is_empty() && !n.starts_with("unknown_service"));
         let instance = typed(self.instance, schema::SERVICE_INSTANCE_ID)
             .filter(|s| !s.is_empty())
             .or_else(|| {
@@ -236,6 +257,7 @@ impl<'a> ResourceReader<'a> {
             self.identity.iter().filter_map(|k| attr(k).filter(|v| !v.is_empty()).map(|v| (k.clone(), v))).collect();
         Ok(ResourceInfo {
             service_name,
+            service,
             identity,
             model: attr(MODEL_ATTRIBUTE).filter(|m| !m.is_empty()),
             version: typed(self.version, schema::SERVICE_VERSION).unwrap_or_default(),

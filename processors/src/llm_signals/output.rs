@@ -54,8 +54,8 @@ pub enum Out {
     Hist(Lat),
     /// Windowed latency percentile.
     Pct(Lat, Pct),
-    /// Requests finished in the window.
-    RequestCount,
+    /// Requests finished in the window (`llm.requests.finished`).
+    RequestsFinished,
     /// Requests per second.
     RequestRate,
     /// Failed fraction of requests.
@@ -83,6 +83,33 @@ pub enum Out {
 }
 
 impl Out {
+    /// Every output metric, in output order.
+    pub fn all() -> Vec<Out> {
+        let mut v: Vec<Out> = Lat::ALL.iter().map(|l| Out::Hist(*l)).collect();
+        v.extend(Lat::ALL.iter().flat_map(|l| Pct::ALL.map(|p| Out::Pct(*l, p))));
+        v.extend([
+            Out::RequestsFinished,
+            Out::RequestRate,
+            Out::ErrorRate,
+            Out::TokensOutput,
+            Out::TokensInput,
+            Out::KvUsage,
+            Out::Waiting,
+            Out::Running,
+            Out::PreemptionRate,
+            Out::PrefixHitRate,
+            Out::PrefixLow,
+            Out::QueueBlocking,
+        ]);
+        v.extend(Lat::ALL.map(Out::PerRequest));
+        v
+    }
+
+    /// Whether the output is a histogram (else a gauge).
+    pub fn is_histogram(self) -> bool {
+        matches!(self, Out::Hist(_))
+    }
+
     /// Metric name.
     pub fn name(self) -> &'static str {
         match self {
@@ -101,7 +128,7 @@ impl Out {
                 (Lat::Queue, Pct::P95) => "llm.queue.p95",
                 (Lat::Queue, Pct::P99) => "llm.queue.p99",
             },
-            Out::RequestCount => "llm.request.count",
+            Out::RequestsFinished => "llm.requests.finished",
             Out::RequestRate => "llm.request.rate",
             Out::ErrorRate => "llm.request.error_rate",
             Out::TokensOutput => "llm.tokens.output.rate",
@@ -122,15 +149,17 @@ impl Out {
         }
     }
 
-    /// Metric unit (UCUM, as OTLP carries it).
+    /// Metric unit (UCUM, as OTLP carries it). `1` only for true ratios (the Prometheus name gets
+    /// `_ratio`); the 0/1 flags have none (a flag is not a fraction of anything).
     pub fn unit(self) -> &'static str {
         match self {
             Out::Hist(_) | Out::Pct(..) | Out::PerRequest(_) => "s",
-            Out::RequestCount | Out::Waiting | Out::Running => "{request}",
+            Out::RequestsFinished | Out::Waiting | Out::Running => "{request}",
             Out::RequestRate => "{request}/s",
             Out::TokensOutput | Out::TokensInput => "{token}/s",
             Out::PreemptionRate => "{preemption}/s",
-            Out::ErrorRate | Out::KvUsage | Out::PrefixHitRate | Out::PrefixLow | Out::QueueBlocking => "1",
+            Out::ErrorRate | Out::KvUsage | Out::PrefixHitRate => "1",
+            Out::PrefixLow | Out::QueueBlocking => "",
         }
     }
 
@@ -142,7 +171,7 @@ impl Out {
             Out::Hist(Lat::E2e) => "End-to-end request duration.",
             Out::Hist(Lat::Queue) => "Time requests spent queued before scheduling.",
             Out::Pct(..) => "Windowed latency percentile.",
-            Out::RequestCount => "Requests finished in the window.",
+            Out::RequestsFinished => "Requests finished in the window.",
             Out::RequestRate => "Requests finished per second over the window.",
             Out::ErrorRate => "Fraction of the window's requests that failed or were aborted.",
             Out::TokensOutput => "Output tokens per second over the window, all requests together.",
@@ -295,5 +324,30 @@ fn metric_of(out: Out, points: Vec<Point>) -> Metric {
         unit: out.unit().into(),
         metadata: Vec::new(),
         data: Some(data),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What otelcol's OTLP → Prometheus translation makes of the names: every `.`/`_` token is
+    /// kept, `_ratio` comes from unit `1` on a gauge, histograms get `_bucket`/`_sum`/`_count`.
+    #[test]
+    fn names_and_units_translate_to_valid_prometheus_names() {
+        let all = Out::all();
+        assert_eq!(all.len(), 4 + 12 + 12 + 4, "every output once");
+        for out in all {
+            let last = out.name().rsplit(['.', '_']).next().unwrap_or_default();
+            assert!(
+                !["count", "sum", "bucket", "total", "ratio"].contains(&last),
+                "{}: a gauge may not end in a histogram's, counter's or ratio's suffix",
+                out.name()
+            );
+            let ratio = matches!(out, Out::ErrorRate | Out::KvUsage | Out::PrefixHitRate);
+            assert_eq!(out.unit() == "1", ratio && !out.is_histogram(), "{}: unit 1 only for ratios", out.name());
+        }
+        assert_eq!((Out::PrefixLow.unit(), Out::QueueBlocking.unit()), ("", ""), "0/1 flags have no unit");
+        assert_eq!(Out::RequestsFinished.name(), "llm.requests.finished");
     }
 }

@@ -5,7 +5,7 @@
 //! histograms. Anything else (other names, kinds or temporalities) is skipped.
 
 use super::hist::Lat;
-use super::model::{column, opt_column};
+use super::model::{VERSION_LABELS, column, opt_column};
 use arrow_array::{
     Array, Float64Array, Int32Array, ListArray, MapArray, RecordBatch, StringArray, TimestampNanosecondArray,
     UInt8Array, UInt64Array,
@@ -159,6 +159,19 @@ pub struct Sample {
     pub value: SampleValue,
 }
 
+/// One recognised scraped row: the sample and what its labels say about its group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scraped {
+    /// The sample.
+    pub sample: Sample,
+    /// Whether it is TGI's (a `tgi_*` metric).
+    pub tgi: bool,
+    /// Its `model_name` label (non-empty).
+    pub model: Option<String>,
+    /// Its version label (the first non-empty of [`VERSION_LABELS`]).
+    pub version: Option<String>,
+}
+
 /// Reads samples of one metrics batch.
 pub struct ScrapeReader<'a> {
     names: &'a StringArray,
@@ -219,9 +232,9 @@ impl<'a> ScrapeReader<'a> {
         h.is_valid().then_some(h)
     }
 
-    /// The recognised sample at `row`, whether it is TGI's, and its `model_name` label; `None`
-    /// when the row is not a recognised metric of the expected kind.
-    pub fn read(&self, row: usize) -> Result<Option<(Sample, bool, Option<String>)>, ConvError> {
+    /// The recognised sample at `row` with what its labels say; `None` when the row is not a
+    /// recognised metric of the expected kind.
+    pub fn read(&self, row: usize) -> Result<Option<Scraped>, ConvError> {
         let name = self.names.value(row);
         let Some(mut role) = role_of(name) else { return Ok(None) };
         let kind = self.kinds.value(row);
@@ -257,6 +270,11 @@ impl<'a> ScrapeReader<'a> {
         let time = self.times.value(row) as u64;
         let start = self.starts.filter(|s| s.is_valid(row)).map_or(0, |s| s.value(row) as u64);
         let sample = Sample { role, series: self.series.value(row), time, start, value };
-        Ok(Some((sample, name.starts_with("tgi_"), label(MODEL_LABEL).filter(|m| !m.is_empty()))))
+        Ok(Some(Scraped {
+            sample,
+            tgi: name.starts_with("tgi_"),
+            model: label(MODEL_LABEL).filter(|m| !m.is_empty()),
+            version: VERSION_LABELS.iter().find_map(|k| label(k).filter(|v| !v.is_empty())),
+        }))
     }
 }

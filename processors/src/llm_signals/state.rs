@@ -209,7 +209,7 @@ impl SpanState {
     fn emit_window(&self, attrs: &[KeyValue], s: u64, e: u64, win: Option<&SpanWindow>, p: &Params, em: &mut Emitter) {
         let secs = p.window_ns as f64 / 1e9;
         let count = win.map_or(0, |w| w.count);
-        em.push(Out::RequestCount, s, e, attrs, Value::Int(i64::try_from(count).unwrap_or(i64::MAX)));
+        em.push(Out::RequestsFinished, s, e, attrs, Value::Int(i64::try_from(count).unwrap_or(i64::MAX)));
         em.push(Out::RequestRate, s, e, attrs, Value::Double(count as f64 / secs));
         let (out_tokens, in_tokens) = match win {
             Some(w) => {

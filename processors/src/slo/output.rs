@@ -3,7 +3,7 @@
 use super::DETECTOR;
 use super::config::Objective;
 use super::ledger::{Assessment, Ledger, Severity, WINDOWS};
-use crate::detect::{LEVEL, SCORE, kv_f64, kv_str};
+use crate::detect::{LEVEL, SCORE, SCORE_UNIT, kv_f64, kv_str};
 use inferwatch_core::arrow::{ConvError, RecordBatch, metrics};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
@@ -123,8 +123,8 @@ impl Points {
         } else {
             attrs.push(kv_f64("burn_rate", a.burn[2]));
         }
-        self.push(SCORE, "1", None, t, a.score, attrs.clone());
-        self.push(LEVEL, "1", None, t, a.level(), attrs);
+        self.push(SCORE, SCORE_UNIT, None, t, a.score, attrs.clone());
+        self.push(LEVEL, SCORE_UNIT, None, t, a.level(), attrs);
     }
 
     /// The points as one metrics batch (none when empty), appended to `out`.

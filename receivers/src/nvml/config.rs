@@ -2,7 +2,8 @@
 
 use super::fake::{FakeDevice, FakeSource, Script, h100_sample};
 use super::names::Naming;
-use super::source::DeviceInfo;
+use super::pod_resources::DEFAULT_SOCKET;
+use super::source::{DeviceInfo, ProcessMemory};
 use inferwatch_core::component::{FieldError, PathSeg, parse_config};
 use inferwatch_core::settings::GoDuration;
 use serde::Deserialize;
@@ -15,6 +16,14 @@ pub const DEFAULT_PEAK_WINDOW: Duration = Duration::from_secs(60);
 
 /// Most fake GPUs `fake_gpus` accepts.
 pub const MAX_FAKE_GPUS: u32 = 64;
+/// Most entries `fake_processes` accepts.
+pub const MAX_FAKE_PROCESSES: usize = 1024;
+/// Default time between two `List` calls of the kubelet pod-resources API.
+pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(30);
+/// Default bound of one `List` call.
+pub const DEFAULT_POD_RESOURCES_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default number of pids whose pod is cached.
+pub const DEFAULT_MAX_PROCESSES: usize = 4096;
 
 /// Where the readings come from (`source:`).
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -84,6 +93,105 @@ pub struct NvmlConfig {
     /// Number of GPUs of `source: fake` (default 1).
     #[serde(default = "default_fake_gpus")]
     pub fake_gpus: u32,
+    /// The compute processes of `source: fake` (test-only; empty: pid 4242 on every GPU).
+    #[serde(default)]
+    pub fake_processes: Vec<FakeProcess>,
+    /// GPUs and processes → pods (Kubernetes nodes; absent: off).
+    #[serde(default)]
+    pub pod_attribution: Option<PodAttributionConfig>,
+}
+
+/// One scripted compute process of `source: fake` (`fake_processes:`), for tests.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FakeProcess {
+    /// Index of the fake GPU it runs on.
+    pub gpu: u32,
+    /// Its host pid (looked up under `pod_attribution.proc_root`).
+    pub pid: u32,
+    /// GPU memory it uses, bytes (default 38 GiB).
+    #[serde(default = "default_fake_process_bytes")]
+    pub used_bytes: u64,
+}
+
+fn default_fake_process_bytes() -> u64 {
+    38 << 30
+}
+
+/// `pod_attribution:` — which pod a GPU and each of its processes belong to.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PodAttributionConfig {
+    /// The host's procfs, where `<pid>/cgroup` is read (default `/proc`; `/host/proc` in a pod
+    /// that mounts the host's).
+    #[serde(default = "default_proc_root")]
+    pub proc_root: String,
+    /// The kubelet pod-resources socket; empty: not used (cgroups only).
+    #[serde(default = "default_socket")]
+    pub pod_resources_socket: String,
+    /// Time between two `List` calls (default 30s).
+    #[serde(default)]
+    pub refresh_interval: Option<GoDuration>,
+    /// Bound of one `List` call (default 5s).
+    #[serde(default)]
+    pub timeout: Option<GoDuration>,
+    /// Device-plugin resources that are whole GPUs (default `[nvidia.com/gpu]`).
+    #[serde(default = "default_resource_names")]
+    pub resource_names: Vec<String>,
+    /// Most pids whose pod is cached (default 4096; the least recently used go beyond).
+    #[serde(default = "default_max_processes")]
+    pub max_processes: usize,
+}
+
+fn default_proc_root() -> String {
+    "/proc".into()
+}
+
+fn default_socket() -> String {
+    DEFAULT_SOCKET.into()
+}
+
+fn default_resource_names() -> Vec<String> {
+    vec!["nvidia.com/gpu".into()]
+}
+
+fn default_max_processes() -> usize {
+    DEFAULT_MAX_PROCESSES
+}
+
+impl PodAttributionConfig {
+    /// Time between two `List` calls.
+    pub fn refresh_interval(&self) -> Duration {
+        self.refresh_interval.map_or(DEFAULT_REFRESH_INTERVAL, |d| d.0)
+    }
+
+    /// Bound of one `List` call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout.map_or(DEFAULT_POD_RESOURCES_TIMEOUT, |d| d.0)
+    }
+
+    fn check(&self) -> Result<(), FieldError> {
+        let at = |field: &str, message: String| FieldError {
+            path: vec![PathSeg::Key("pod_attribution".into()), PathSeg::Key(field.into())],
+            message,
+        };
+        if self.proc_root.trim().is_empty() {
+            return Err(at("proc_root", "must not be empty".into()));
+        }
+        if self.refresh_interval() < Duration::from_secs(1) {
+            return Err(at("refresh_interval", "must be at least 1s".into()));
+        }
+        if self.timeout().is_zero() || self.timeout() > self.refresh_interval() {
+            return Err(at("timeout", "must be greater than 0 and at most refresh_interval".into()));
+        }
+        if self.resource_names.is_empty() || self.resource_names.iter().any(|r| r.trim().is_empty()) {
+            return Err(at("resource_names", "must name at least one resource, none empty".into()));
+        }
+        if !(1..=1 << 20).contains(&self.max_processes) {
+            return Err(at("max_processes", "must be 1..=1048576".into()));
+        }
+        Ok(())
+    }
 }
 
 fn default_fake_gpus() -> u32 {
@@ -111,6 +219,8 @@ impl Default for NvmlConfig {
             host_name: None,
             source: SourceKind::Nvml,
             fake_gpus: default_fake_gpus(),
+            fake_processes: Vec::new(),
+            pod_attribution: None,
         }
     }
 }
@@ -144,6 +254,27 @@ impl NvmlConfig {
         if !(1..=MAX_FAKE_GPUS).contains(&c.fake_gpus) {
             return Err(err("fake_gpus", format!("must be 1..={MAX_FAKE_GPUS}")));
         }
+        if !c.fake_processes.is_empty() && c.source != SourceKind::Fake {
+            return Err(err("fake_processes", "is only for source: fake"));
+        }
+        if c.fake_processes.len() > MAX_FAKE_PROCESSES {
+            return Err(err("fake_processes", format!("at most {MAX_FAKE_PROCESSES} entries")));
+        }
+        for (i, p) in c.fake_processes.iter().enumerate() {
+            let at = |field: &str, message: String| FieldError {
+                path: vec![PathSeg::Key("fake_processes".into()), PathSeg::Index(i), PathSeg::Key(field.into())],
+                message,
+            };
+            if p.gpu >= c.fake_gpus {
+                return Err(at("gpu", format!("must be a fake GPU's index, below fake_gpus ({})", c.fake_gpus)));
+            }
+            if p.pid == 0 {
+                return Err(at("pid", "must be greater than 0".into()));
+            }
+        }
+        if let Some(p) = &c.pod_attribution {
+            p.check()?;
+        }
         for (i, d) in c.devices.iter().enumerate() {
             if let DeviceSelector::Uuid(s) = d
                 && s.trim().is_empty()
@@ -176,14 +307,25 @@ impl NvmlConfig {
     }
 
     /// The GPUs of `source: fake`: `fake_gpus` idle H100s ([`h100_sample`]) whose clocks are
-    /// throttled (`sw_power_cap`, SM clock 1410 MHz) from their 50th to their 99th sample.
+    /// throttled (`sw_power_cap`, SM clock 1410 MHz) from their 50th to their 99th sample; their
+    /// compute processes are `fake_processes` (pid 4242 on each when that is empty).
     pub fn fake_source(&self) -> FakeSource {
-        let script = Script::Throttling { base: h100_sample(), during: 50..100, reasons: 0x4, sm_clock_mhz: 1410 };
         FakeSource::new(
             (0..self.fake_gpus)
                 .map(|i| {
+                    let mut base = h100_sample();
+                    if !self.fake_processes.is_empty() {
+                        base.processes = Some(
+                            self.fake_processes
+                                .iter()
+                                .filter(|p| p.gpu == i)
+                                .map(|p| ProcessMemory { pid: p.pid, used_bytes: Some(p.used_bytes) })
+                                .collect(),
+                        );
+                    }
+                    let script = Script::Throttling { base, during: 50..100, reasons: 0x4, sm_clock_mhz: 1410 };
                     let uuid = format!("GPU-00000000-0000-0000-0000-fa4e{i:08x}");
-                    FakeDevice::new(i, &uuid, "NVIDIA H100 80GB HBM3 (fake)", script.clone())
+                    FakeDevice::new(i, &uuid, "NVIDIA H100 80GB HBM3 (fake)", script)
                 })
                 .collect(),
         )
@@ -285,5 +427,62 @@ mod tests {
         assert_eq!(e.path.first(), Some(&PathSeg::Key("source".into())), "{e}");
         let e = NvmlConfig::from_value(&json!({"devices": [0, ""]})).unwrap_err();
         assert_eq!(e.path, vec![PathSeg::Key("devices".into()), PathSeg::Index(1)]);
+    }
+
+    #[test]
+    fn fake_processes_are_scripted_per_gpu() {
+        use crate::nvml::source::GpuSource;
+        let c = NvmlConfig::from_value(&json!({"source": "fake", "fake_gpus": 3, "fake_processes": [
+            {"gpu": 0, "pid": 4242, "used_bytes": 1000}, {"gpu": 0, "pid": 77}, {"gpu": 2, "pid": 9}]}))
+        .unwrap();
+        let mut src = c.fake_source();
+        let devs = src.devices().unwrap();
+        let procs = |src: &mut FakeSource, i: usize| src.sample(&devs[i]).unwrap().processes.unwrap();
+        assert_eq!(
+            procs(&mut src, 0),
+            vec![
+                ProcessMemory { pid: 4242, used_bytes: Some(1000) },
+                ProcessMemory { pid: 77, used_bytes: Some(38 << 30) },
+            ]
+        );
+        assert!(procs(&mut src, 1).is_empty());
+        assert_eq!(procs(&mut src, 2), vec![ProcessMemory { pid: 9, used_bytes: Some(38 << 30) }]);
+        // Without fake_processes: the stock pid 4242 on every GPU.
+        let mut stock = NvmlConfig::from_value(&json!({"source": "fake"})).unwrap().fake_source();
+        let d = stock.devices().unwrap().remove(0);
+        assert_eq!(stock.sample(&d).unwrap().processes.unwrap()[0].pid, 4242);
+    }
+
+    #[test]
+    fn pod_attribution_defaults_and_errors() {
+        assert!(NvmlConfig::from_value(&json!({})).unwrap().pod_attribution.is_none(), "off by default");
+        let p = NvmlConfig::from_value(&json!({"pod_attribution": {}})).unwrap().pod_attribution.unwrap();
+        assert_eq!(p.proc_root, "/proc");
+        assert_eq!(p.pod_resources_socket, "/var/lib/kubelet/pod-resources/kubelet.sock");
+        assert_eq!((p.refresh_interval(), p.timeout()), (Duration::from_secs(30), Duration::from_secs(5)));
+        assert_eq!(p.resource_names, vec!["nvidia.com/gpu".to_string()]);
+        assert_eq!(p.max_processes, 4096);
+        let pa = |k: &str| vec![PathSeg::Key("pod_attribution".into()), PathSeg::Key(k.into())];
+        let cases = [
+            (json!({"pod_attribution": {"proc_root": ""}}), pa("proc_root")),
+            (json!({"pod_attribution": {"refresh_interval": "100ms"}}), pa("refresh_interval")),
+            (json!({"pod_attribution": {"timeout": "1m"}}), pa("timeout")),
+            (json!({"pod_attribution": {"resource_names": []}}), pa("resource_names")),
+            (json!({"pod_attribution": {"max_processes": 0}}), pa("max_processes")),
+            (json!({"pod_attribution": {"socket": "/x"}}), pa("socket")),
+            (json!({"fake_processes": [{"gpu": 0, "pid": 1}]}), vec![PathSeg::Key("fake_processes".into())]),
+            (
+                json!({"source": "fake", "fake_processes": [{"gpu": 1, "pid": 1}]}),
+                vec![PathSeg::Key("fake_processes".into()), PathSeg::Index(0), PathSeg::Key("gpu".into())],
+            ),
+            (
+                json!({"source": "fake", "fake_processes": [{"gpu": 0, "pid": 0}]}),
+                vec![PathSeg::Key("fake_processes".into()), PathSeg::Index(0), PathSeg::Key("pid".into())],
+            ),
+        ];
+        for (v, path) in cases {
+            let e = NvmlConfig::from_value(&v).unwrap_err();
+            assert_eq!(e.path, path, "{v}: {e}");
+        }
     }
 }

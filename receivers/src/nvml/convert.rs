@@ -7,10 +7,16 @@
 //! `gpu.index` (int), `gpu.name`, then the metric's own attributes; in `dcgm` naming `gpu`
 //! (index, string), `UUID`, `modelName`, `Hostname` (or `hostname`), then the metric's own.
 //!
+//! With `pod_attribution` ([`super::attribution`]), a GPU's points also carry its pod
+//! (`k8s.pod.name`, `k8s.namespace.name`, `k8s.container.name`, `k8s.pod.uid`; dcgm: `pod`,
+//! `namespace`, `container`, `pod_uid`), and each per-process point its process's pod instead
+//! (plus `container.id` / `container_id`).
+//!
 //! Peak windows are aligned to the device's first sample: the highest memory use of the samples
 //! in `[start, start + window)` is emitted, stamped `start + window`, with the first sample at or
 //! after the window's end (so at most one collection interval late).
 
+use super::attribution::{Attribution, PodIdentity};
 use super::names::{HOST_NAME, Naming, SCOPE_NAME, dcgm, otel};
 use super::source::{DeviceInfo, GpuSample, THROTTLE_REASONS, XidEvent};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -119,6 +125,42 @@ fn base_attrs(opts: &ConvertOptions, d: &DeviceInfo) -> Vec<KeyValue> {
     }
 }
 
+/// The attributes of a pod identity in `naming`.
+pub fn pod_attrs(naming: Naming, id: &PodIdentity) -> Vec<KeyValue> {
+    let keys = match naming {
+        Naming::Otel => [
+            otel::K8S_POD_NAME,
+            otel::K8S_NAMESPACE_NAME,
+            otel::K8S_CONTAINER_NAME,
+            otel::K8S_POD_UID,
+            otel::CONTAINER_ID,
+        ],
+        Naming::Dcgm => [dcgm::POD, dcgm::NAMESPACE, dcgm::CONTAINER, dcgm::POD_UID, dcgm::CONTAINER_ID],
+    };
+    let values = [&id.pod, &id.namespace, &id.container, &id.pod_uid, &id.container_id];
+    keys.iter().zip(values).filter_map(|(k, v)| v.as_deref().map(|v| kv(k, v))).collect()
+}
+
+/// The attributes of one sample's attribution: the GPU's, and each process's by pid.
+struct PodAttrs {
+    gpu: Vec<KeyValue>,
+    procs: HashMap<u32, Vec<KeyValue>>,
+}
+
+impl PodAttrs {
+    fn new(naming: Naming, a: Option<&Attribution>) -> Self {
+        let Some(a) = a else { return PodAttrs { gpu: Vec::new(), procs: HashMap::new() } };
+        PodAttrs {
+            gpu: a.gpu.as_ref().map(|g| pod_attrs(naming, g)).unwrap_or_default(),
+            procs: a.processes.iter().map(|(pid, id)| (*pid, pod_attrs(naming, id))).collect(),
+        }
+    }
+
+    fn of(&self, pid: u32) -> &[KeyValue] {
+        self.procs.get(&pid).map_or(&[], |v| v.as_slice())
+    }
+}
+
 /// Conversion state of one GPU.
 struct DeviceState {
     attrs: Vec<KeyValue>,
@@ -184,7 +226,19 @@ impl Converter {
 
     /// The metrics of one sample of `d` taken at `t_ns`.
     pub fn convert(&mut self, d: &DeviceInfo, s: &GpuSample, t_ns: u64) -> Vec<Metric> {
+        self.convert_attributed(d, s, t_ns, None)
+    }
+
+    /// The metrics of one sample of `d` taken at `t_ns`, with the GPU's and its processes' pods.
+    pub fn convert_attributed(
+        &mut self,
+        d: &DeviceInfo,
+        s: &GpuSample,
+        t_ns: u64,
+        attribution: Option<&Attribution>,
+    ) -> Vec<Metric> {
         let naming = self.opts.naming;
+        let pods = PodAttrs::new(naming, attribution);
         let xid = self.xid_supported;
         let procs: Vec<(u32, u64)> = match &s.processes {
             Some(ps) if self.opts.process_metrics => {
@@ -204,13 +258,13 @@ impl Converter {
         if let Some(r) = s.pcie_tx_kbps {
             st.tx_bytes += f64::from(r) * 1024.0 * dt;
         }
-        let b = Build { attrs: &st.attrs, t: t_ns, start };
+        let b = Build { attrs: &st.attrs, pod: &pods.gpu, t: t_ns, start };
         let mut out = match naming {
-            Naming::Otel => otel_metrics(&b, s, st, xid, &procs),
-            Naming::Dcgm => dcgm_metrics(&b, s, st, xid, &procs),
+            Naming::Otel => otel_metrics(&b, s, st, xid, &procs, &pods),
+            Naming::Dcgm => dcgm_metrics(&b, s, st, xid, &procs, &pods),
         };
         if let Some(w) = closed {
-            out.extend(peak_metrics(naming, &st.attrs, &w));
+            out.extend(peak_metrics(naming, &st.attrs, &pods, &w));
         }
         out
     }
@@ -236,8 +290,11 @@ impl Converter {
 }
 
 /// Shared point data of one sample.
+#[derive(Clone, Copy)]
 struct Build<'a> {
     attrs: &'a [KeyValue],
+    /// The GPU's pod, after the identity (empty on per-process points, which carry their own).
+    pod: &'a [KeyValue],
     t: u64,
     start: u64,
 }
@@ -249,9 +306,11 @@ enum V {
     F(f64),
 }
 
-impl Build<'_> {
+impl<'a> Build<'a> {
     fn point(&self, extra: &[KeyValue], v: V, start: u64) -> NumberDataPoint {
-        let mut attributes = self.attrs.to_vec();
+        let mut attributes = Vec::with_capacity(self.attrs.len() + self.pod.len() + extra.len());
+        attributes.extend_from_slice(self.attrs);
+        attributes.extend_from_slice(self.pod);
         attributes.extend_from_slice(extra);
         NumberDataPoint {
             attributes,
@@ -272,6 +331,11 @@ impl Build<'_> {
     }
 
     /// A cumulative sum with one point per `(extra attributes, value)`.
+    /// The same without the GPU's pod: per-process points carry their own.
+    fn without_pod(&self) -> Build<'a> {
+        Build { pod: &[], ..*self }
+    }
+
     fn sum(&self, name: &str, unit: &str, desc: &str, monotonic: bool, pts: Vec<(Vec<KeyValue>, V)>) -> Metric {
         let data_points = pts.iter().map(|(e, v)| self.point(e, *v, self.start)).collect();
         metric(
@@ -299,7 +363,21 @@ fn one(v: V) -> Vec<(Vec<KeyValue>, V)> {
     vec![(Vec::new(), v)]
 }
 
-fn otel_metrics(b: &Build<'_>, s: &GpuSample, st: &DeviceState, xid: bool, procs: &[(u32, u64)]) -> Vec<Metric> {
+/// `first` then the process's pod attributes.
+fn with_pod(first: KeyValue, pods: &PodAttrs, pid: u32) -> Vec<KeyValue> {
+    let mut v = vec![first];
+    v.extend_from_slice(pods.of(pid));
+    v
+}
+
+fn otel_metrics(
+    b: &Build<'_>,
+    s: &GpuSample,
+    st: &DeviceState,
+    xid: bool,
+    procs: &[(u32, u64)],
+    pods: &PodAttrs,
+) -> Vec<Metric> {
     let mut m = Vec::with_capacity(16);
     if let Some(u) = s.memory_used_bytes {
         m.push(b.sum(otel::MEMORY_USAGE, "By", "GPU memory used", false, one(int(u))));
@@ -370,8 +448,12 @@ fn otel_metrics(b: &Build<'_>, s: &GpuSample, st: &DeviceState, xid: bool, procs
         m.push(b.sum(otel::ERRORS, "{error}", "GPU errors: volatile ECC counts and XID events", true, errors));
     }
     if !procs.is_empty() {
-        let pts = procs.iter().map(|&(pid, by)| (vec![kv_int(otel::PROCESS_PID, i64::from(pid))], int(by))).collect();
-        m.push(b.sum(otel::PROCESS_MEMORY_USAGE, "By", "GPU memory used by a compute process", false, pts));
+        let pts = procs
+            .iter()
+            .map(|&(pid, by)| (with_pod(kv_int(otel::PROCESS_PID, i64::from(pid)), pods, pid), int(by)))
+            .collect();
+        let desc = "GPU memory used by a compute process";
+        m.push(b.without_pod().sum(otel::PROCESS_MEMORY_USAGE, "By", desc, false, pts));
     }
     m
 }
@@ -380,7 +462,14 @@ fn mib(v: u64) -> V {
     int(v / MIB)
 }
 
-fn dcgm_metrics(b: &Build<'_>, s: &GpuSample, st: &DeviceState, xid: bool, procs: &[(u32, u64)]) -> Vec<Metric> {
+fn dcgm_metrics(
+    b: &Build<'_>,
+    s: &GpuSample,
+    st: &DeviceState,
+    xid: bool,
+    procs: &[(u32, u64)],
+    pods: &PodAttrs,
+) -> Vec<Metric> {
     let mut m = Vec::with_capacity(20);
     let mut g = |name: &str, desc: &str, v: Option<V>| {
         if let Some(v) = v {
@@ -409,16 +498,19 @@ fn dcgm_metrics(b: &Build<'_>, s: &GpuSample, st: &DeviceState, xid: bool, procs
     g(dcgm::ECC_DBE_VOL, "Total number of double-bit volatile ECC errors.", s.ecc_uncorrected.map(int));
     g(dcgm::XID_ERRORS, "Value of the last XID error encountered.", xid.then_some(int(st.last_xid)));
     if !procs.is_empty() {
-        let pts = procs.iter().map(|&(pid, by)| (vec![kv(dcgm::PID, &pid.to_string())], mib(by))).collect();
-        m.push(b.gauge(dcgm::PROCESS_FB_USED, "", "GPU memory used by a compute process (in MiB).", pts));
+        let pts =
+            procs.iter().map(|&(pid, by)| (with_pod(kv(dcgm::PID, &pid.to_string()), pods, pid), mib(by))).collect();
+        let desc = "GPU memory used by a compute process (in MiB).";
+        m.push(b.without_pod().gauge(dcgm::PROCESS_FB_USED, "", desc, pts));
     }
     m
 }
 
-fn peak_metrics(naming: Naming, attrs: &[KeyValue], w: &ClosedWindow) -> Vec<Metric> {
-    let b = Build { attrs, t: w.end_ns, start: w.start_ns };
+fn peak_metrics(naming: Naming, attrs: &[KeyValue], pods: &PodAttrs, w: &ClosedWindow) -> Vec<Metric> {
+    let b = Build { attrs, pod: &pods.gpu, t: w.end_ns, start: w.start_ns };
+    let pb = b.without_pod();
     let mut out = Vec::new();
-    let gauge = |name: &str, unit: &str, desc: &str, pts: Vec<(Vec<KeyValue>, V)>| {
+    let gauge = |b: &Build<'_>, name: &str, unit: &str, desc: &str, pts: Vec<(Vec<KeyValue>, V)>| {
         let data_points = pts.iter().map(|(e, v)| b.point(e, *v, w.start_ns)).collect();
         metric(name, unit, desc, Data::Gauge(Gauge { data_points }))
     };
@@ -431,7 +523,7 @@ fn peak_metrics(naming: Naming, attrs: &[KeyValue], w: &ClosedWindow) -> Vec<Met
         Naming::Dcgm => mib(by),
     };
     if let Some(max) = w.max {
-        out.push(gauge(dev_name, unit, "Highest GPU memory use over the peak window", one(value(max))));
+        out.push(gauge(&b, dev_name, unit, "Highest GPU memory use over the peak window", one(value(max))));
     }
     if !w.procs.is_empty() {
         let pts = w
@@ -442,10 +534,11 @@ fn peak_metrics(naming: Naming, attrs: &[KeyValue], w: &ClosedWindow) -> Vec<Met
                     Naming::Otel => kv_int(otel::PROCESS_PID, i64::from(pid)),
                     Naming::Dcgm => kv(dcgm::PID, &pid.to_string()),
                 };
-                (vec![a], value(by))
+                (with_pod(a, pods, pid), value(by))
             })
             .collect();
-        out.push(gauge(proc_name, unit, "Highest GPU memory use of a compute process over the peak window", pts));
+        let desc = "Highest GPU memory use of a compute process over the peak window";
+        out.push(gauge(&pb, proc_name, unit, desc, pts));
     }
     out
 }

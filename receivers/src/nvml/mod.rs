@@ -13,21 +13,29 @@
 //!     peak_window: 1m              # derived VRAM peak per window; 0 = off
 //!     host_name: null              # default: the OS host name
 //!     source: nvml                 # or fake: scripted GPUs for tests and demos (docs/nvml.md)
+//!     pod_attribution:             # absent: off; {} for the defaults below (Kubernetes nodes)
+//!       proc_root: /proc           # the host's procfs: <pid>/cgroup → pod UID, container id
+//!       pod_resources_socket: /var/lib/kubelet/pod-resources/kubelet.sock  # GPU → pod names; "" = off
+//!       refresh_interval: 30s
 //! ```
 //!
 //! Readings come from a [`GpuSource`]: [`real::NvmlSource`] in the agent, [`fake::FakeSource`]
 //! in tests and with `source: fake`; the same loop ([`sampler`]) runs on both. Names and units:
-//! [`names`]; conversion and attribute placement: [`convert`].
+//! [`names`]; conversion and attribute placement: [`convert`]; pods: [`attribution`] (joining
+//! [`cgroup`] and [`pod_resources`]).
 //!
 //! Without a GPU (no library, missing symbol, driver not loaded, no permission, no device) the
 //! receiver logs one warning naming the reason, reports `available` = 0 in [`NvmlStats`], stays
 //! idle and `start` succeeds, so the rest of the agent runs. Failed device samples are counted in
 //! [`NvmlStats`] and in `inferwatch_scrape_failures{job=<receiver id>, target=<GPU UUID>, reason}`.
 
+pub mod attribution;
+pub mod cgroup;
 pub mod config;
 pub mod convert;
 pub mod fake;
 pub mod names;
+pub mod pod_resources;
 pub mod real;
 mod sampler;
 pub mod source;
@@ -190,6 +198,27 @@ impl Receiver for NvmlReceiver {
             peak_window: self.config.peak_window(),
             process_metrics: self.config.process_metrics,
         });
+        let (attributor, watcher) = match &self.config.pod_attribution {
+            None => (None, None),
+            Some(p) => {
+                let receiver = self.id.to_string();
+                let watcher = (!p.pod_resources_socket.trim().is_empty()).then(|| {
+                    Arc::new(pod_resources::PodResourcesWatcher::new(
+                        &receiver,
+                        p.pod_resources_socket.clone().into(),
+                        p.refresh_interval(),
+                        p.timeout(),
+                        p.resource_names.clone(),
+                        self.telemetry.clone(),
+                    ))
+                });
+                let cache = cgroup::PidCache::new(&p.proc_root, p.max_processes, p.refresh_interval());
+                tracing::info!(receiver = %self.id, proc_root = %p.proc_root, socket = %p.pod_resources_socket,
+                    "nvml pod attribution on");
+                let a = attribution::Attributor::new(Some(cache), watcher.clone(), Some((&self.telemetry, &receiver)));
+                (Some(a), watcher)
+            }
+        };
         let cancel = CancellationToken::new();
         let sampler = sampler::Sampler {
             id: self.id.clone(),
@@ -201,6 +230,8 @@ impl Receiver for NvmlReceiver {
             stats: self.stats.clone(),
             telemetry: self.telemetry.clone(),
             metrics: self.telemetry.receiver(&self.id, "nvml"),
+            attributor,
+            watcher,
             cancel: cancel.clone(),
         };
         self.running = Some((cancel, tokio::spawn(sampler.run())));

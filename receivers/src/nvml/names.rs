@@ -72,6 +72,17 @@ pub mod otel {
     pub const THROTTLE_REASON: &str = "hw.gpu.throttle.reason";
     /// Point attribute of per-process metrics (int).
     pub const PROCESS_PID: &str = "process.pid";
+
+    /// Pod attribution (`pod_attribution`): the pod's name.
+    pub const K8S_POD_NAME: &str = "k8s.pod.name";
+    /// Pod attribution: the pod's namespace.
+    pub const K8S_NAMESPACE_NAME: &str = "k8s.namespace.name";
+    /// Pod attribution: the container's name.
+    pub const K8S_CONTAINER_NAME: &str = "k8s.container.name";
+    /// Pod attribution: the pod's UID.
+    pub const K8S_POD_UID: &str = "k8s.pod.uid";
+    /// Pod attribution: the container's runtime id (processes only).
+    pub const CONTAINER_ID: &str = "container.id";
 }
 
 /// Names of the `dcgm` mode (dcgm-exporter's default counters and labels).
@@ -127,6 +138,17 @@ pub mod dcgm {
     pub const MODEL_NAME: &str = "modelName";
     /// Label of per-process metrics.
     pub const PID: &str = "pid";
+
+    /// Pod attribution: the pod's name (dcgm-exporter's label).
+    pub const POD: &str = "pod";
+    /// Pod attribution: the pod's namespace (dcgm-exporter's label).
+    pub const NAMESPACE: &str = "namespace";
+    /// Pod attribution: the container's name (dcgm-exporter's label).
+    pub const CONTAINER: &str = "container";
+    /// Pod attribution: the pod's UID (not a dcgm-exporter label).
+    pub const POD_UID: &str = "pod_uid";
+    /// Pod attribution: the container's runtime id, processes only (not a dcgm-exporter label).
+    pub const CONTAINER_ID: &str = "container_id";
 }
 
 /// Resource attribute: the host name.

@@ -4,7 +4,9 @@
 //! change of state, skipped for this interval and tried again at the next; the others go on.
 
 use super::NvmlStats;
+use super::attribution::{Attribution, Attributor};
 use super::convert::Converter;
+use super::pod_resources::PodResourcesWatcher;
 use super::source::{DeviceInfo, ErrorKind, GpuSample, GpuSource, SourceError, XidEvent};
 use inferwatch_core::component::ComponentId;
 use inferwatch_core::consumer::ConsumerRef;
@@ -51,6 +53,10 @@ pub(crate) struct Sampler {
     pub telemetry: Arc<Telemetry>,
     /// otelcol accepted / refused counters.
     pub metrics: ReceiverMetrics,
+    /// GPUs and processes → pods (with `pod_attribution`; moved to the blocking thread with the source).
+    pub attributor: Option<Attributor>,
+    /// The kubelet pod-resources lister (listed once before the first round, then periodically).
+    pub watcher: Option<Arc<PodResourcesWatcher>>,
     /// Set on shutdown.
     pub cancel: CancellationToken,
 }
@@ -58,8 +64,30 @@ pub(crate) struct Sampler {
 impl Sampler {
     /// Samples until cancelled.
     pub(crate) async fn run(self) {
-        let Sampler { id, interval, source, devices, mut converter, consumer, stats, telemetry, metrics, cancel } =
-            self;
+        let Sampler {
+            id,
+            interval,
+            source,
+            devices,
+            mut converter,
+            consumer,
+            stats,
+            telemetry,
+            metrics,
+            attributor,
+            watcher,
+            cancel,
+        } = self;
+        if let Some(w) = watcher {
+            // The first series already carry their pods: list before the first round (bounded by the timeout).
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                _ = w.refresh() => {}
+            }
+            tokio::spawn(w.run(cancel.clone()));
+        }
+        let mut attributor = attributor;
         for d in devices.iter() {
             converter.register(d);
         }
@@ -76,13 +104,21 @@ impl Sampler {
             }
             let Some(src) = source.take() else { return };
             let devs = devices.clone();
-            let round = tokio::task::spawn_blocking(move || sample_round(src, &devs));
+            let mut attr = attributor.take();
+            let round = tokio::task::spawn_blocking(move || {
+                let (src, xid, results) = sample_round(src, &devs);
+                let attributions = attr.as_mut().map(|a| {
+                    let pairs: Vec<_> = devs.iter().zip(&results).map(|(d, (_, r))| (d, r.as_ref().ok())).collect();
+                    a.attribute(&pairs)
+                });
+                ((src, xid, results), attr, attributions)
+            });
             let joined = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return,
                 r = round => r,
             };
-            let (src, xid, results) = match joined {
+            let ((src, xid, results), attr, attributions) = match joined {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(receiver = %id, error = %e, "the NVML sampling thread failed; GPU sampling stops");
@@ -91,6 +127,11 @@ impl Sampler {
                 }
             };
             source = Some(src);
+            attributor = attr;
+            let attributions: Vec<Option<Attribution>> = match attributions {
+                Some(v) => v.into_iter().map(Some).collect(),
+                None => vec![None; devices.len()],
+            };
             if let Some(events) = xid {
                 for e in &events {
                     tracing::warn!(receiver = %id, gpu.uuid = %e.uuid, xid = e.xid, "GPU reported an XID error");
@@ -98,14 +139,14 @@ impl Sampler {
                 converter.record_xid(&events);
             }
             let mut out = Vec::new();
-            for (d, (t, r)) in devices.iter().zip(results) {
+            for ((d, (t, r)), a) in devices.iter().zip(results).zip(attributions) {
                 match r {
                     Ok(s) => {
                         if failing.remove(&d.uuid).is_some() {
                             tracing::info!(receiver = %id, gpu.uuid = %d.uuid, gpu.index = d.index, "GPU answers again");
                         }
                         stats.samples.inc();
-                        out.extend(converter.convert(d, &s, t));
+                        out.extend(converter.convert_attributed(d, &s, t, a.as_ref()));
                     }
                     Err(e) => {
                         stats.sample_errors.inc();

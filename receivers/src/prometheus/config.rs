@@ -1,6 +1,7 @@
 //! Settings of the `prometheus` receiver: the subset of otelcol's (Prometheus') `scrape_configs`
 //! that static targets need, plus the `tgi` extension.
 
+use super::http_client::HttpClientConfig;
 use super::parse::Limits;
 use super::relabel::{RelabelConfig, Rule};
 use super::sd::file::FileSdConfig;
@@ -43,9 +44,10 @@ pub struct ScrapeSection {
     pub scrape_configs: Vec<ScrapeConfig>,
 }
 
-/// One job: how and where to scrape.
+/// One job: how and where to scrape. (Its `Deserialize` is in [`super::http_client`]: the
+/// derived one, the inherent `ScrapeConfig::deserialize`, knows only its own keys.)
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct ScrapeConfig {
     /// The job name (`service.name` of what it scrapes).
     pub job_name: String,
@@ -61,24 +63,10 @@ pub struct ScrapeConfig {
     /// `http` or `https`.
     #[serde(default = "default_scheme")]
     pub scheme: String,
-    /// TLS of `https` scrapes.
-    #[serde(default)]
-    pub tls_config: Option<ScrapeTlsConfig>,
-    /// `Authorization: <type> <credentials>` on each scrape.
-    #[serde(default)]
-    pub authorization: Option<AuthorizationConfig>,
-    /// HTTP Basic credentials on each scrape.
-    #[serde(default)]
-    pub basic_auth: Option<BasicAuthConfig>,
-    /// Bearer token (deprecated in Prometheus for `authorization`).
-    #[serde(default)]
-    pub bearer_token: Option<Secret>,
-    /// File holding a bearer token (deprecated in Prometheus for `authorization`).
-    #[serde(default)]
-    pub bearer_token_file: Option<String>,
-    /// Follow HTTP redirects (to http/https URLs, at most 5; default true).
-    #[serde(default = "default_true")]
-    pub follow_redirects: bool,
+    /// TLS, credentials and redirects of the scrapes (`tls_config`, `authorization`,
+    /// `basic_auth`, `bearer_token`, `bearer_token_file`, `follow_redirects`).
+    #[serde(skip)]
+    pub http: HttpClientConfig,
     /// Most samples per scrape; more fails the scrape (0: no limit).
     #[serde(default)]
     pub sample_limit: usize,
@@ -214,10 +202,6 @@ fn parse_bytes_size(s: &str) -> Result<u64, String> {
         _ => return Err(format!("invalid size {s:?}: unknown unit {unit:?} (B, KB, MB, GB, TB)")),
     };
     n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
-}
-
-fn default_true() -> bool {
-    true
 }
 
 /// How a scrape authenticates (checked settings).
@@ -450,131 +434,6 @@ fn valid_label_name(s: &str) -> bool {
         && !s.starts_with("__")
 }
 
-/// The HTTP client settings of a scrape config or a discovery config, as written.
-pub struct ClientParts<'a> {
-    /// `tls_config`.
-    pub tls_config: &'a Option<ScrapeTlsConfig>,
-    /// `authorization`.
-    pub authorization: &'a Option<AuthorizationConfig>,
-    /// `basic_auth`.
-    pub basic_auth: &'a Option<BasicAuthConfig>,
-    /// `bearer_token`.
-    pub bearer_token: &'a Option<Secret>,
-    /// `bearer_token_file`.
-    pub bearer_token_file: &'a Option<String>,
-    /// `follow_redirects`.
-    pub follow_redirects: bool,
-}
-
-/// Checks and assembles a job's TLS, credentials and redirect settings.
-fn scrape_client(i: usize, sc: &ScrapeConfig) -> Result<ScrapeClient, FieldError> {
-    let parts = ClientParts {
-        tls_config: &sc.tls_config,
-        authorization: &sc.authorization,
-        basic_auth: &sc.basic_auth,
-        bearer_token: &sc.bearer_token,
-        bearer_token_file: &sc.bearer_token_file,
-        follow_redirects: sc.follow_redirects,
-    };
-    client_settings(&parts, &|rest: &[PathSeg], m: String| job_err(i, rest, m))
-}
-
-struct ErrAt<'a>(&'a dyn Fn(&[PathSeg], String) -> FieldError);
-
-impl ErrAt<'_> {
-    fn err(&self, rest: &[PathSeg], m: impl Into<String>) -> FieldError {
-        (self.0)(rest, m.into())
-    }
-}
-
-/// Checks client settings; errors are located by `err` (relative path, message).
-pub fn client_settings(
-    sc: &ClientParts<'_>,
-    job_err_at: &dyn Fn(&[PathSeg], String) -> FieldError,
-) -> Result<ScrapeClient, FieldError> {
-    let e = ErrAt(job_err_at);
-    let mut out = ScrapeClient { follow_redirects: sc.follow_redirects, ..Default::default() };
-    if let Some(t) = &sc.tls_config {
-        let at = |k: &str| vec![key("tls_config"), key(k)];
-        out.tls = TlsClientSettings {
-            insecure: false,
-            ca_file: t.ca_file.clone(),
-            cert_file: t.cert_file.clone(),
-            key_file: t.key_file.clone(),
-            insecure_skip_verify: t.insecure_skip_verify,
-            server_name_override: t.server_name.clone(),
-        };
-        if t.cert_file.is_some() != t.key_file.is_some() {
-            let k = if t.cert_file.is_some() { "key_file" } else { "cert_file" };
-            return Err(e.err(&at(k), "cert_file and key_file must be set together"));
-        }
-        inferwatch_core::tls::validate(&out.tls)
-            .map_err(|_| e.err(&at("server_name"), "not a DNS name or IP address"))?;
-        match t.min_version.as_deref() {
-            None | Some("TLS10" | "TLS11" | "TLS12") => {}
-            Some("TLS13") if t.server_name.is_some() => {
-                return Err(e.err(&at("min_version"), "TLS13 together with server_name is not supported yet"));
-            }
-            Some("TLS13") => out.tls13_only = true,
-            Some(other) => {
-                return Err(e.err(&at("min_version"), format!("unknown TLS version {other:?} (TLS12, TLS13)")));
-            }
-        }
-    }
-    let mut set = Vec::new();
-    if let Some(a) = &sc.authorization {
-        set.push("authorization");
-        let scheme = a.kind.clone().unwrap_or_else(|| "Bearer".into());
-        if scheme.eq_ignore_ascii_case("basic") {
-            return Err(e.err(&[key("authorization"), key("type")], "use basic_auth for Basic credentials"));
-        }
-        out.credentials = Some(match (&a.credentials, &a.credentials_file) {
-            (Some(_), Some(_)) | (None, None) => {
-                return Err(e.err(
-                    &[key("authorization"), key("credentials")],
-                    "set exactly one of credentials and credentials_file",
-                ));
-            }
-            (Some(c), None) => ScrapeCredentials::Token { scheme, secret: c.clone() },
-            (None, Some(f)) => ScrapeCredentials::TokenFile { scheme, path: f.clone() },
-        });
-    }
-    if let Some(b) = &sc.basic_auth {
-        set.push("basic_auth");
-        if b.username.contains(':') {
-            return Err(e.err(&[key("basic_auth"), key("username")], "must not contain ':'"));
-        }
-        out.credentials = Some(match (&b.password, &b.password_file) {
-            (Some(_), Some(_)) => {
-                return Err(
-                    e.err(&[key("basic_auth"), key("password")], "set at most one of password and password_file")
-                );
-            }
-            (Some(p), None) => ScrapeCredentials::Basic { username: b.username.clone(), password: p.clone() },
-            (None, Some(f)) => ScrapeCredentials::BasicFile { username: b.username.clone(), path: f.clone() },
-            (None, None) => ScrapeCredentials::Basic { username: b.username.clone(), password: Secret::default() },
-        });
-    }
-    match (&sc.bearer_token, &sc.bearer_token_file) {
-        (Some(_), Some(_)) => {
-            return Err(e.err(&[key("bearer_token")], "set at most one of bearer_token and bearer_token_file"));
-        }
-        (Some(t), None) => {
-            set.push("bearer_token");
-            out.credentials = Some(ScrapeCredentials::Token { scheme: "Bearer".into(), secret: t.clone() });
-        }
-        (None, Some(f)) => {
-            set.push("bearer_token_file");
-            out.credentials = Some(ScrapeCredentials::TokenFile { scheme: "Bearer".into(), path: f.clone() });
-        }
-        (None, None) => {}
-    }
-    if set.len() > 1 {
-        return Err(e.err(&[key(set[1])], format!("{} and {} are mutually exclusive", set[0], set[1])));
-    }
-    Ok(out)
-}
-
 /// Compiles a job's relabel rules; errors name `<field>[k].<key>`.
 fn rules(i: usize, field: &str, raw: &[RelabelConfig]) -> Result<Vec<Rule>, FieldError> {
     raw.iter()
@@ -614,15 +473,7 @@ fn discovery(i: usize, sc: &ScrapeConfig) -> Result<Vec<Discovery>, FieldError> 
         if matches!(h.refresh_interval, Some(d) if d.0.is_zero()) {
             return Err(job_err(i, &at(&[key("refresh_interval")]), "must be greater than 0"));
         }
-        let parts = ClientParts {
-            tls_config: &h.tls_config,
-            authorization: &h.authorization,
-            basic_auth: &h.basic_auth,
-            bearer_token: &h.bearer_token,
-            bearer_token_file: &h.bearer_token_file,
-            follow_redirects: h.follow_redirects,
-        };
-        let client = client_settings(&parts, &|rest: &[PathSeg], m: String| job_err(i, &at(rest), m))?;
+        let client = h.http.check(&|rest: &[PathSeg], m: String| job_err(i, &at(rest), m))?;
         out.push(Discovery::Http { config: h.clone(), url, client });
     }
     for (k, c) in sc.kubernetes_sd_configs.iter().enumerate() {
@@ -636,15 +487,7 @@ fn discovery(i: usize, sc: &ScrapeConfig) -> Result<Vec<Discovery>, FieldError> 
                 path.iter().map(|s| s.parse::<usize>().map_or_else(|_| key(s), PathSeg::Index)).collect();
             job_err(i, &at(&rest), m)
         })?;
-        let parts = ClientParts {
-            tls_config: &c.tls_config,
-            authorization: &c.authorization,
-            basic_auth: &c.basic_auth,
-            bearer_token: &c.bearer_token,
-            bearer_token_file: &c.bearer_token_file,
-            follow_redirects: c.follow_redirects,
-        };
-        let client = client_settings(&parts, &|rest: &[PathSeg], m: String| job_err(i, &at(rest), m))?;
+        let client = c.http.check(&|rest: &[PathSeg], m: String| job_err(i, &at(rest), m))?;
         out.push(Discovery::Kubernetes { config: c.clone(), role, client });
     }
     Ok(out)
@@ -699,7 +542,7 @@ impl PrometheusConfig {
                     return Err(job_err(i, &[key("scheme")], format!("unknown scheme {other:?}; use http or https")));
                 }
             }
-            let client = scrape_client(i, sc)?;
+            let client = sc.http.check(&|rest: &[PathSeg], m: String| job_err(i, rest, m))?;
             if !sc.metrics_path.starts_with('/') || sc.metrics_path.contains(['?', '#', ' ']) {
                 return Err(job_err(i, &[key("metrics_path")], "must be a path starting with '/'"));
             }

@@ -52,6 +52,7 @@
 pub mod adjust;
 pub mod config;
 pub mod convert;
+pub mod http_client;
 pub mod parse;
 pub mod relabel;
 mod scrape;

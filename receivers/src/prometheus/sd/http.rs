@@ -5,8 +5,7 @@
 
 use super::{RawGroup, SdContext, Slot, TargetGroup};
 use crate::prometheus::ScrapeAuth;
-use crate::prometheus::config::{AuthorizationConfig, BasicAuthConfig, ScrapeTlsConfig};
-use inferwatch_core::extension::client_auth::Secret;
+use crate::prometheus::http_client::HttpClientConfig;
 use inferwatch_core::settings::GoDuration;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -20,37 +19,18 @@ pub const MAX_BODY: usize = 16 * 1024 * 1024;
 /// Most time one refresh may take.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// One `http_sd_configs` entry.
+/// One `http_sd_configs` entry. (Its `Deserialize` is in [`crate::prometheus::http_client`].)
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct HttpSdConfig {
     /// The endpoint (`http` or `https`).
     pub url: Option<String>,
     /// Time between refreshes (default 1m).
     #[serde(default)]
     pub refresh_interval: Option<GoDuration>,
-    /// TLS of an `https` URL.
-    #[serde(default)]
-    pub tls_config: Option<ScrapeTlsConfig>,
-    /// `Authorization` header.
-    #[serde(default)]
-    pub authorization: Option<AuthorizationConfig>,
-    /// HTTP Basic credentials.
-    #[serde(default)]
-    pub basic_auth: Option<BasicAuthConfig>,
-    /// Bearer token (deprecated in Prometheus).
-    #[serde(default)]
-    pub bearer_token: Option<Secret>,
-    /// Bearer token file (deprecated in Prometheus).
-    #[serde(default)]
-    pub bearer_token_file: Option<String>,
-    /// Follow redirects (default true).
-    #[serde(default = "yes")]
-    pub follow_redirects: bool,
-}
-
-fn yes() -> bool {
-    true
+    /// TLS, credentials and redirects towards the endpoint.
+    #[serde(skip)]
+    pub http: HttpClientConfig,
 }
 
 impl HttpSdConfig {

@@ -12,38 +12,33 @@
 //! - endpoints: one group per Endpoints object (`__meta_kubernetes_endpoints_{name, label_*,
 //!   labelpresent_*, annotation_*, annotationpresent_*}`), one target per address and port
 //!   (`__meta_kubernetes_endpoint_{hostname, node_name, ready, port_name, port_protocol,
-//!   address_target_kind, address_target_name}`). The pod and service labels Prometheus also
-//!   attaches to endpoints targets are not (no pod / service watch).
+//!   address_target_kind, address_target_name}`). As Prometheus, an address whose `targetRef` is
+//!   a pod also carries that pod's labels (`__meta_kubernetes_pod_*`, and the container labels
+//!   of the container declaring the port), and every declared container port of such a pod
+//!   that no endpoint port names becomes a target too; the pods come from a second list +
+//!   watch of the same namespaces (so the role needs `list` / `watch` on pods). The service
+//!   labels (`__meta_kubernetes_service_{name, label_*, labelpresent_*}`) are taken from the
+//!   Endpoints object, which the endpoints controller names and labels after its Service (the
+//!   Service's annotations are not copied there and are not attached).
 //!
 //! Without `api_server`, the in-cluster service account is used: `https://$KUBERNETES_SERVICE_HOST:
 //! $KUBERNETES_SERVICE_PORT`, the token (re-read as it rotates) and CA under
 //! `/var/run/secrets/kubernetes.io/serviceaccount/`. `kubeconfig_file` is refused.
 //! Bounded: at most [`MAX_OBJECTS`] objects per config and [`MAX_EVENT`] bytes per watch event.
+//! The list + watch loop itself is [`inferwatch_core::kube`], shared with `k8sattributes`.
 
 use super::{SdContext, Slot, TargetGroup, sanitize};
 use crate::prometheus::ScrapeAuth;
-use crate::prometheus::config::{AuthorizationConfig, BasicAuthConfig, ScrapeTlsConfig};
-use inferwatch_core::extension::client_auth::Secret;
+use crate::prometheus::http_client::HttpClientConfig;
 use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The service account's files in a pod.
-pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-/// Most objects (pods or endpoints) one config tracks; more are ignored and counted.
-pub const MAX_OBJECTS: usize = 50_000;
-/// Largest watch event (one line of the stream) or list page.
-pub const MAX_EVENT: usize = 8 * 1024 * 1024;
-/// Page size of list requests.
-pub const PAGE: usize = 500;
-/// Server-side end of one watch request (it is then resumed from the last resourceVersion).
-pub const WATCH_SECONDS: u64 = 300;
-/// Most time a list page or the start of a watch may take.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+use inferwatch_core::kube::{self, EventType, Failure, WatchSink, str_at as s};
+pub use inferwatch_core::kube::{MAX_EVENT, MAX_OBJECTS, PAGE, REQUEST_TIMEOUT, SERVICE_ACCOUNT_DIR, WATCH_SECONDS};
 
 /// `namespaces:` of a Kubernetes SD config.
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
@@ -71,9 +66,9 @@ pub struct Selector {
     pub field: Option<String>,
 }
 
-/// One `kubernetes_sd_configs` entry.
+/// One `kubernetes_sd_configs` entry. (Its `Deserialize` is in [`crate::prometheus::http_client`].)
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct KubernetesSdConfig {
     /// `pod` or `endpoints`.
     pub role: String,
@@ -89,28 +84,9 @@ pub struct KubernetesSdConfig {
     /// Label / field selectors sent to the API server.
     #[serde(default)]
     pub selectors: Vec<Selector>,
-    /// TLS towards `api_server`.
-    #[serde(default)]
-    pub tls_config: Option<ScrapeTlsConfig>,
-    /// `Authorization` header towards `api_server`.
-    #[serde(default)]
-    pub authorization: Option<AuthorizationConfig>,
-    /// HTTP Basic credentials towards `api_server`.
-    #[serde(default)]
-    pub basic_auth: Option<BasicAuthConfig>,
-    /// Bearer token (deprecated in Prometheus).
-    #[serde(default)]
-    pub bearer_token: Option<Secret>,
-    /// Bearer token file (deprecated in Prometheus).
-    #[serde(default)]
-    pub bearer_token_file: Option<String>,
-    /// Follow redirects (default true).
-    #[serde(default = "yes")]
-    pub follow_redirects: bool,
-}
-
-fn yes() -> bool {
-    true
+    /// TLS, credentials and redirects towards `api_server`.
+    #[serde(skip)]
+    pub http: HttpClientConfig,
 }
 
 /// The two supported roles.
@@ -160,12 +136,7 @@ impl KubernetesSdConfig {
                 Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
                 _ => return Err((vec!["api_server".into()], format!("{a:?} is not an http(s) URL"))),
             }
-        } else if self.tls_config.is_some()
-            || self.authorization.is_some()
-            || self.basic_auth.is_some()
-            || self.bearer_token.is_some()
-            || self.bearer_token_file.is_some()
-        {
+        } else if self.http.is_set() {
             return Err((
                 vec!["api_server".into()],
                 "TLS and credentials settings need api_server (in the cluster the service account is used)".into(),
@@ -231,15 +202,7 @@ impl KubernetesSdConfig {
 
 /// The in-cluster API server URL from `KUBERNETES_SERVICE_HOST` / `_PORT`.
 pub fn in_cluster_url(host: Option<String>, port: Option<String>) -> Result<String, String> {
-    match (host, port) {
-        (Some(h), Some(p)) if !h.is_empty() && !p.is_empty() => {
-            let h = if h.contains(':') { format!("[{h}]") } else { h };
-            Ok(format!("https://{h}:{p}"))
-        }
-        _ => Err("api_server is not set and KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT are not in the \
-                  environment: not running in a cluster"
-            .into()),
-    }
+    kube::in_cluster_url(host, port).map_err(|e| format!("api_server is not set and {e}"))
 }
 
 /// How to reach the API server.
@@ -253,52 +216,158 @@ pub struct ApiConn {
     pub auth: Option<Arc<ScrapeAuth>>,
 }
 
-/// Why a list or watch stopped.
-#[derive(Debug)]
-enum WatchEnd {
-    /// The resourceVersion is too old: list again.
-    Gone,
-    /// Anything else: back off, then list again.
-    Failed(String),
-    /// Cancelled.
-    Cancelled,
+/// A job's credentials as the shared API client's authenticator.
+struct Credentials(Arc<ScrapeAuth>);
+
+impl inferwatch_core::auth::ClientAuth for Credentials {
+    fn headers(&self) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, inferwatch_core::auth::AuthError> {
+        let h = self.0.headers().map_err(inferwatch_core::auth::AuthError::Unavailable)?;
+        Ok(h.into_iter().filter_map(|(k, v)| Some((k?, v))).collect())
+    }
 }
 
-/// The objects one config tracks, keyed `namespace/name`, shared by its namespace tasks.
+impl ApiConn {
+    fn shared(&self) -> kube::ApiConn {
+        kube::ApiConn {
+            base: self.base.clone(),
+            client: self.client.clone(),
+            auth: self.auth.clone().map(|a| Arc::new(Credentials(a)) as Arc<dyn inferwatch_core::auth::ClientAuth>),
+        }
+    }
+}
+
+/// The objects one config tracks, keyed `namespace/name`, shared by its namespace tasks: pod
+/// groups (role pod), or Endpoints objects and the pods their targets refer to (role
+/// endpoints, whose groups are built at each publication).
 struct Store {
+    role: Role,
     groups: Mutex<BTreeMap<String, TargetGroup>>,
+    endpoints: Mutex<BTreeMap<String, Value>>,
+    pods: Mutex<BTreeMap<String, Value>>,
     slot: Slot,
     ctx: SdContext,
 }
 
 impl Store {
     fn publish(&self) {
-        let all: Vec<TargetGroup> = self.groups.lock().values().cloned().collect();
+        let all: Vec<TargetGroup> = match self.role {
+            Role::Pod => self.groups.lock().values().cloned().collect(),
+            Role::Endpoints => {
+                let pods = self.pods.lock();
+                self.endpoints.lock().values().map(|ep| endpoints_group_with(ep, &pods)).collect()
+            }
+        };
         if self.slot.publish(all) > 0 {
             self.ctx.failed("kubernetes", "sd_targets_cut");
         }
     }
 
-    fn upsert(&self, key: String, g: TargetGroup) {
-        let mut m = self.groups.lock();
-        if !m.contains_key(&key) && m.len() >= MAX_OBJECTS {
-            drop(m);
-            self.ctx.failed("kubernetes", "kubernetes_sd_objects_cut");
-            return;
-        }
-        m.insert(key, g);
+    fn cut(&self) {
+        self.ctx.failed("kubernetes", "kubernetes_sd_objects_cut");
     }
 }
 
-fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
-    let mut cur = v;
-    for p in path {
-        match cur.get(p) {
-            Some(n) => cur = n,
-            None => return "",
+/// What one list + watch feeds: the config's main objects (pods or endpoints) or, for role
+/// endpoints, the pods, of one namespace (`prefix` `ns/`) or of all (`None`).
+struct Feed {
+    store: Arc<Store>,
+    pods_of_endpoints: bool,
+    prefix: Option<String>,
+}
+
+/// Replaces the objects of `prefix` in `m` by `fresh`, keeping at most [`MAX_OBJECTS`].
+fn replace_in<T>(m: &mut BTreeMap<String, T>, prefix: &Option<String>, fresh: Vec<(String, T)>) -> bool {
+    m.retain(|k, _| !prefix.as_ref().is_none_or(|p| k.starts_with(p.as_str())));
+    let mut cut = false;
+    for (k, v) in fresh {
+        if m.len() < MAX_OBJECTS || m.contains_key(&k) {
+            m.insert(k, v);
+        } else {
+            cut = true;
         }
     }
-    cur.as_str().unwrap_or("")
+    cut
+}
+
+/// Inserts or removes one object; false (and counted) when the map is full.
+fn apply_in<T>(m: &mut BTreeMap<String, T>, event: EventType, key: String, v: T) -> Result<bool, ()> {
+    if event == EventType::Deleted {
+        return Ok(m.remove(&key).is_some());
+    }
+    if !m.contains_key(&key) && m.len() >= MAX_OBJECTS {
+        return Err(());
+    }
+    m.insert(key, v);
+    Ok(true)
+}
+
+impl WatchSink for Feed {
+    fn replace(&self, objects: Vec<Value>) {
+        let st = &self.store;
+        let cut = match (st.role, self.pods_of_endpoints) {
+            (Role::Pod, _) => {
+                let fresh = objects.iter().map(|o| (object_key(o), pod_group(o))).collect();
+                replace_in(&mut st.groups.lock(), &self.prefix, fresh)
+            }
+            (Role::Endpoints, false) => {
+                let fresh = objects.into_iter().map(|o| (object_key(&o), o)).collect();
+                replace_in(&mut st.endpoints.lock(), &self.prefix, fresh)
+            }
+            (Role::Endpoints, true) => {
+                let fresh = objects.into_iter().map(|o| (object_key(&o), slim_pod(o))).collect();
+                replace_in(&mut st.pods.lock(), &self.prefix, fresh)
+            }
+        };
+        if cut {
+            st.cut();
+        }
+        st.publish();
+    }
+
+    fn apply(&self, event: EventType, obj: Value) -> bool {
+        let st = &self.store;
+        let key = object_key(&obj);
+        let r = match (st.role, self.pods_of_endpoints) {
+            (Role::Pod, _) => apply_in(&mut st.groups.lock(), event, key, pod_group(&obj)),
+            (Role::Endpoints, false) => apply_in(&mut st.endpoints.lock(), event, key, obj),
+            (Role::Endpoints, true) => apply_in(&mut st.pods.lock(), event, key, slim_pod(obj)),
+        };
+        r.unwrap_or_else(|()| {
+            st.cut();
+            false
+        })
+    }
+
+    fn flush(&self) {
+        self.store.publish();
+    }
+
+    fn failed(&self, failure: Failure) {
+        let reason = match failure {
+            Failure::Error => "kubernetes_sd_error",
+            Failure::ObjectsCut => "kubernetes_sd_objects_cut",
+            Failure::EventTooLarge => "kubernetes_sd_event_too_large",
+        };
+        self.store.ctx.failed("kubernetes", reason);
+    }
+}
+
+/// A pod without what the endpoints role does not read (managed fields, volumes, env, ...).
+fn slim_pod(mut pod: Value) -> Value {
+    if let Some(m) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
+    }
+    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.retain(|k, _| matches!(k.as_str(), "nodeName" | "containers" | "initContainers"));
+        for field in ["containers", "initContainers"] {
+            for c in spec.get_mut(field).and_then(Value::as_array_mut).into_iter().flatten() {
+                if let Some(c) = c.as_object_mut() {
+                    c.retain(|k, _| matches!(k.as_str(), "name" | "image" | "ports"));
+                }
+            }
+        }
+    }
+    pod
 }
 
 fn object_key(obj: &Value) -> String {
@@ -330,16 +399,12 @@ fn meta_maps(obj: &Value, prefix: &str, out: &mut BTreeMap<String, String>) {
     }
 }
 
-/// A pod's target group, as Prometheus' pod role builds it.
-pub fn pod_group(pod: &Value) -> TargetGroup {
-    let ns = s(pod, &["metadata", "namespace"]);
-    let name = s(pod, &["metadata", "name"]);
+/// The `__meta_kubernetes_pod_*` labels of a pod itself (not of a container).
+fn pod_labels(pod: &Value) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
     let p = "__meta_kubernetes_pod";
-    labels.insert("__meta_kubernetes_namespace".to_string(), ns.to_string());
-    labels.insert(format!("{p}_name"), name.to_string());
-    let ip = s(pod, &["status", "podIP"]);
-    labels.insert(format!("{p}_ip"), ip.to_string());
+    labels.insert(format!("{p}_name"), s(pod, &["metadata", "name"]).to_string());
+    labels.insert(format!("{p}_ip"), s(pod, &["status", "podIP"]).to_string());
     let ready = pod
         .pointer("/status/conditions")
         .and_then(Value::as_array)
@@ -359,6 +424,18 @@ pub fn pod_group(pod: &Value) -> TargetGroup {
         labels.insert(format!("{p}_controller_name"), s(owner, &["name"]).to_string());
     }
     meta_maps(pod, p, &mut labels);
+    labels.retain(|_, v| !v.is_empty());
+    labels
+}
+
+/// A pod's target group, as Prometheus' pod role builds it.
+pub fn pod_group(pod: &Value) -> TargetGroup {
+    let ns = s(pod, &["metadata", "namespace"]);
+    let name = s(pod, &["metadata", "name"]);
+    let p = "__meta_kubernetes_pod";
+    let ip = s(pod, &["status", "podIP"]);
+    let mut labels = pod_labels(pod);
+    labels.insert("__meta_kubernetes_namespace".to_string(), ns.to_string());
     labels.retain(|_, v| !v.is_empty());
     let mut g = TargetGroup { source: format!("pod/{ns}/{name}"), targets: Vec::new(), labels };
     if ip.is_empty() {
@@ -413,50 +490,130 @@ pub fn pod_group(pod: &Value) -> TargetGroup {
     g
 }
 
-/// An Endpoints object's target group, as Prometheus' endpoints role builds it.
+/// The container labels of a target at container `c`'s port `port` (Prometheus' names).
+fn container_port_labels(c: &Value, init: bool, port: &Value, t: &mut BTreeMap<String, String>) {
+    let p = "__meta_kubernetes_pod";
+    t.insert(format!("{p}_container_name"), s(c, &["name"]).to_string());
+    t.insert(format!("{p}_container_image"), s(c, &["image"]).to_string());
+    t.insert(format!("{p}_container_init"), init.to_string());
+    t.insert(format!("{p}_container_port_name"), s(port, &["name"]).to_string());
+    t.insert(format!("{p}_container_port_number"), port.get("containerPort").map(number).unwrap_or_default());
+    let proto = s(port, &["protocol"]);
+    t.insert(format!("{p}_container_port_protocol"), if proto.is_empty() { "TCP" } else { proto }.to_string());
+}
+
+/// Every declared container port of a pod: (container, is init, port).
+fn container_ports(pod: &Value) -> Vec<(&Value, bool, &Value)> {
+    let mut out = Vec::new();
+    for (field, init) in [("containers", false), ("initContainers", true)] {
+        for c in pod.pointer(&format!("/spec/{field}")).and_then(Value::as_array).into_iter().flatten() {
+            for port in c.get("ports").and_then(Value::as_array).into_iter().flatten() {
+                out.push((c, init, port));
+            }
+        }
+    }
+    out
+}
+
+/// An Endpoints object's target group, as Prometheus' endpoints role builds it without pods.
 pub fn endpoints_group(ep: &Value) -> TargetGroup {
+    endpoints_group_with(ep, &BTreeMap::new())
+}
+
+/// An Endpoints object's target group, as Prometheus' endpoints role builds it: `pods` (keyed
+/// `namespace/name`) give the pod and container labels of addresses targeting a pod.
+pub fn endpoints_group_with(ep: &Value, pods: &BTreeMap<String, Value>) -> TargetGroup {
     let ns = s(ep, &["metadata", "namespace"]);
     let name = s(ep, &["metadata", "name"]);
     let mut labels = BTreeMap::new();
     labels.insert("__meta_kubernetes_namespace".to_string(), ns.to_string());
     labels.insert("__meta_kubernetes_endpoints_name".to_string(), name.to_string());
     meta_maps(ep, "__meta_kubernetes_endpoints", &mut labels);
+    // The Service of the same name; its labels as the endpoints controller copied them.
+    labels.insert("__meta_kubernetes_service_name".to_string(), name.to_string());
+    if let Some(m) = ep.pointer("/metadata/labels").and_then(Value::as_object) {
+        for (k, v) in m {
+            let n = sanitize(k);
+            labels.insert(format!("__meta_kubernetes_service_label_{n}"), v.as_str().unwrap_or("").to_string());
+            labels.insert(format!("__meta_kubernetes_service_labelpresent_{n}"), "true".into());
+        }
+    }
     labels.retain(|_, v| !v.is_empty());
     let mut g = TargetGroup { source: format!("endpoints/{ns}/{name}"), targets: Vec::new(), labels };
     let e = "__meta_kubernetes_endpoint";
+    // Pods seen in this object, and which of their (port number, protocol) an endpoint names.
+    let mut seen: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for subset in ep.get("subsets").and_then(Value::as_array).into_iter().flatten() {
         let ports = subset.get("ports").and_then(Value::as_array).cloned().unwrap_or_default();
         for (field, ready) in [("addresses", "true"), ("notReadyAddresses", "false")] {
             for addr in subset.get(field).and_then(Value::as_array).into_iter().flatten() {
+                let pod = (s(addr, &["targetRef", "kind"]) == "Pod")
+                    .then(|| {
+                        let pns = s(addr, &["targetRef", "namespace"]);
+                        let key =
+                            format!("{}/{}", if pns.is_empty() { ns } else { pns }, s(addr, &["targetRef", "name"]));
+                        pods.get(&key).map(|p| (key, p))
+                    })
+                    .flatten();
                 for port in &ports {
                     let num = port.get("port").map(number).unwrap_or_default();
+                    let proto = s(port, &["protocol"]);
+                    let proto = if proto.is_empty() { "TCP" } else { proto };
                     let mut t = BTreeMap::new();
                     t.insert("__address__".to_string(), join_host_port(s(addr, &["ip"]), &num));
                     t.insert(format!("{e}_port_name"), s(port, &["name"]).to_string());
-                    let proto = s(port, &["protocol"]);
-                    t.insert(format!("{e}_port_protocol"), if proto.is_empty() { "TCP" } else { proto }.to_string());
+                    t.insert(format!("{e}_port_protocol"), proto.to_string());
                     t.insert(format!("{e}_ready"), ready.to_string());
                     t.insert(format!("{e}_hostname"), s(addr, &["hostname"]).to_string());
                     t.insert(format!("{e}_node_name"), s(addr, &["nodeName"]).to_string());
                     t.insert(format!("{e}_address_target_kind"), s(addr, &["targetRef", "kind"]).to_string());
                     t.insert(format!("{e}_address_target_name"), s(addr, &["targetRef", "name"]).to_string());
+                    if let Some((key, pod)) = &pod {
+                        t.extend(pod_labels(pod));
+                        let found = container_ports(pod).into_iter().find(|(_, _, cp)| {
+                            cp.get("containerPort").map(number).unwrap_or_default() == num
+                                && (s(cp, &["protocol"]) == proto
+                                    || (s(cp, &["protocol"]).is_empty() && proto == "TCP"))
+                        });
+                        if let Some((c, init, cp)) = found {
+                            container_port_labels(c, init, cp, &mut t);
+                        }
+                        seen.entry(key.clone()).or_default().push((num.clone(), proto.to_string()));
+                    }
                     t.retain(|_, v| !v.is_empty());
                     g.targets.push(t);
                 }
             }
         }
     }
+    // Container ports of those pods that no endpoint port names: targets of their own.
+    for (key, used) in &seen {
+        let Some(pod) = pods.get(key) else { continue };
+        let ip = s(pod, &["status", "podIP"]);
+        if ip.is_empty() {
+            continue;
+        }
+        for (c, init, cp) in container_ports(pod) {
+            let num = cp.get("containerPort").map(number).unwrap_or_default();
+            let proto = match s(cp, &["protocol"]) {
+                "" => "TCP",
+                p => p,
+            };
+            if used.iter().any(|(n, p)| *n == num && p == proto) {
+                continue;
+            }
+            let mut t = pod_labels(pod);
+            t.insert("__address__".to_string(), join_host_port(ip, &num));
+            container_port_labels(c, init, cp, &mut t);
+            t.retain(|_, v| !v.is_empty());
+            g.targets.push(t);
+        }
+    }
     g
 }
 
-fn group_of(role: Role, obj: &Value) -> TargetGroup {
-    match role {
-        Role::Pod => pod_group(obj),
-        Role::Endpoints => endpoints_group(obj),
-    }
-}
-
-/// Runs discovery until cancelled: one list + watch per namespace (or one for all).
+/// Runs discovery until cancelled: one list + watch per namespace (or one for all); role
+/// endpoints also lists and watches the pods of the same namespaces.
 pub async fn run(
     cfg: KubernetesSdConfig,
     role: Role,
@@ -466,255 +623,35 @@ pub async fn run(
     ctx: SdContext,
     cancel: CancellationToken,
 ) {
-    let store = Arc::new(Store { groups: Mutex::new(BTreeMap::new()), slot, ctx });
-    let query = cfg.selector_query();
-    let paths: Vec<String> = if namespaces.is_empty() {
-        vec![format!("api/v1/{}", role.resource())]
-    } else {
-        namespaces.iter().map(|ns| format!("api/v1/namespaces/{ns}/{}", role.resource())).collect()
-    };
-    let tasks: Vec<_> = paths
-        .into_iter()
-        .map(|path| {
-            let w = Watcher {
-                role,
-                conn: conn.clone(),
-                path,
-                query: query.clone(),
-                store: store.clone(),
-                cancel: cancel.clone(),
-            };
-            tokio::spawn(w.run())
-        })
-        .collect();
+    let store = Arc::new(Store {
+        role,
+        groups: Mutex::new(BTreeMap::new()),
+        endpoints: Mutex::new(BTreeMap::new()),
+        pods: Mutex::new(BTreeMap::new()),
+        slot,
+        ctx,
+    });
+    let query: Vec<(String, String)> = cfg.selector_query().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let scopes: Vec<Option<&str>> =
+        if namespaces.is_empty() { vec![None] } else { namespaces.iter().map(|n| Some(n.as_str())).collect() };
+    let conn = conn.shared();
+    let mut tasks = Vec::new();
+    for ns in scopes {
+        let prefix = ns.map(|n| format!("{n}/"));
+        let mut watches = vec![(role.resource(), query.clone(), false)];
+        if role == Role::Endpoints {
+            // The selectors are the endpoints'; every pod of the namespace may be a target.
+            watches.push(("pods", Vec::new(), true));
+        }
+        for (resource, query, pods_of_endpoints) in watches {
+            let w = kube::Watch { path: kube::core_path(ns, resource), query };
+            let feed = Arc::new(Feed { store: store.clone(), pods_of_endpoints, prefix: prefix.clone() });
+            tasks.push(tokio::spawn(w.run(conn.clone(), feed, cancel.clone())));
+        }
+    }
     for t in tasks {
         let _ = t.await;
     }
-}
-
-struct Watcher {
-    role: Role,
-    conn: ApiConn,
-    path: String,
-    query: Vec<(&'static str, String)>,
-    store: Arc<Store>,
-    cancel: CancellationToken,
-}
-
-impl Watcher {
-    fn url(&self, extra: &[(&str, String)]) -> Result<reqwest::Url, String> {
-        let mut u = self.conn.base.join(&self.path).map_err(|e| format!("{}: {e}", self.path))?;
-        {
-            let mut q = u.query_pairs_mut();
-            for (k, v) in self.query.iter().map(|(k, v)| (*k, v)).chain(extra.iter().map(|(k, v)| (*k, v))) {
-                q.append_pair(k, v);
-            }
-        }
-        Ok(u)
-    }
-
-    async fn get(&self, url: reqwest::Url) -> Result<reqwest::Response, WatchEnd> {
-        let headers = match &self.conn.auth {
-            Some(a) => a.headers().map_err(WatchEnd::Failed)?,
-            None => http::HeaderMap::new(),
-        };
-        let send =
-            self.conn.client.get(url.clone()).headers(headers).header(http::header::ACCEPT, "application/json").send();
-        let resp = match tokio::time::timeout(REQUEST_TIMEOUT, send).await {
-            Err(_) => return Err(WatchEnd::Failed(format!("{url}: no answer within {REQUEST_TIMEOUT:?}"))),
-            Ok(Err(e)) => return Err(WatchEnd::Failed(format!("{url}: {e}"))),
-            Ok(Ok(r)) => r,
-        };
-        match resp.status().as_u16() {
-            200 => Ok(resp),
-            410 => Err(WatchEnd::Gone),
-            code => Err(WatchEnd::Failed(format!("{url}: HTTP {code}"))),
-        }
-    }
-
-    async fn run(self) {
-        let mut backoff = Duration::from_millis(200);
-        loop {
-            let end = match self.list().await {
-                Ok(rv) => {
-                    backoff = Duration::from_millis(200);
-                    self.watch(rv).await
-                }
-                Err(e) => e,
-            };
-            match end {
-                WatchEnd::Cancelled => return,
-                WatchEnd::Gone => {
-                    tracing::debug!(path = %self.path, "kubernetes_sd: resourceVersion too old; listing again");
-                }
-                WatchEnd::Failed(e) => {
-                    self.store.ctx.failed("kubernetes", "kubernetes_sd_error");
-                    tracing::warn!(job = %self.store.ctx.job, error = %e, "kubernetes_sd: list/watch failed; retrying in {backoff:?}");
-                    tokio::select! {
-                        _ = self.cancel.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
-                }
-            }
-        }
-    }
-
-    /// Lists every object (in pages) and replaces this path's objects; returns the resourceVersion.
-    async fn list(&self) -> Result<String, WatchEnd> {
-        let mut cont = String::new();
-        let mut fresh: BTreeMap<String, TargetGroup> = BTreeMap::new();
-        let rv = loop {
-            let mut extra = vec![("limit", PAGE.to_string())];
-            if !cont.is_empty() {
-                extra.push(("continue", cont.clone()));
-            }
-            let url = self.url(&extra).map_err(WatchEnd::Failed)?;
-            let resp = tokio::select! {
-                _ = self.cancel.cancelled() => return Err(WatchEnd::Cancelled),
-                r = self.get(url.clone()) => r?,
-            };
-            let body = tokio::select! {
-                _ = self.cancel.cancelled() => return Err(WatchEnd::Cancelled),
-                b = read_limited(resp) => b.map_err(|e| WatchEnd::Failed(format!("{url}: {e}")))?,
-            };
-            let list: Value = serde_json::from_slice(&body).map_err(|e| WatchEnd::Failed(format!("{url}: {e}")))?;
-            for item in list.get("items").and_then(Value::as_array).into_iter().flatten() {
-                if fresh.len() >= MAX_OBJECTS {
-                    self.store.ctx.failed("kubernetes", "kubernetes_sd_objects_cut");
-                    break;
-                }
-                fresh.insert(object_key(item), group_of(self.role, item));
-            }
-            cont = s(&list, &["metadata", "continue"]).to_string();
-            if cont.is_empty() {
-                break s(&list, &["metadata", "resourceVersion"]).to_string();
-            }
-        };
-        {
-            let mut m = self.store.groups.lock();
-            let prefix = self.namespace_prefix();
-            m.retain(|k, _| !prefix.as_ref().is_none_or(|p| k.starts_with(p.as_str())));
-            for (k, g) in fresh {
-                if m.len() < MAX_OBJECTS {
-                    m.insert(k, g);
-                }
-            }
-        }
-        self.store.publish();
-        Ok(rv)
-    }
-
-    /// `Some("ns/")` for a namespaced path, `None` for all namespaces.
-    fn namespace_prefix(&self) -> Option<String> {
-        self.path.strip_prefix("api/v1/namespaces/").and_then(|r| r.split('/').next()).map(|ns| format!("{ns}/"))
-    }
-
-    /// Follows the watch stream from `rv` until it fails, is gone, or is cancelled.
-    async fn watch(&self, mut rv: String) -> WatchEnd {
-        loop {
-            let extra = [
-                ("watch", "1".to_string()),
-                ("resourceVersion", rv.clone()),
-                ("allowWatchBookmarks", "true".to_string()),
-                ("timeoutSeconds", WATCH_SECONDS.to_string()),
-            ];
-            let url = match self.url(&extra) {
-                Ok(u) => u,
-                Err(e) => return WatchEnd::Failed(e),
-            };
-            let mut resp = tokio::select! {
-                _ = self.cancel.cancelled() => return WatchEnd::Cancelled,
-                r = self.get(url) => match r { Ok(r) => r, Err(e) => return e },
-            };
-            let mut buf: Vec<u8> = Vec::new();
-            loop {
-                let chunk = tokio::select! {
-                    _ = self.cancel.cancelled() => return WatchEnd::Cancelled,
-                    c = tokio::time::timeout(Duration::from_secs(WATCH_SECONDS + 60), resp.chunk()) => c,
-                };
-                let chunk = match chunk {
-                    Err(_) => return WatchEnd::Failed("watch stream silent for too long".into()),
-                    Ok(Err(e)) => return WatchEnd::Failed(format!("watch stream: {e}")),
-                    Ok(Ok(None)) => break,
-                    Ok(Ok(Some(c))) => c,
-                };
-                buf.extend_from_slice(&chunk);
-                let mut changed = false;
-                while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
-                    let line: Vec<u8> = buf.drain(..=nl).collect();
-                    match self.event(&line[..line.len() - 1], &mut rv) {
-                        Ok(c) => changed |= c,
-                        Err(end) => {
-                            if changed {
-                                self.store.publish();
-                            }
-                            return end;
-                        }
-                    }
-                }
-                if changed {
-                    self.store.publish();
-                }
-                if buf.len() > MAX_EVENT {
-                    self.store.ctx.failed("kubernetes", "kubernetes_sd_event_too_large");
-                    return WatchEnd::Failed(format!("a watch event is larger than {MAX_EVENT} bytes"));
-                }
-            }
-            if !buf.iter().all(u8::is_ascii_whitespace) {
-                let line = std::mem::take(&mut buf);
-                match self.event(&line, &mut rv) {
-                    Ok(true) => self.store.publish(),
-                    Ok(false) => {}
-                    Err(end) => return end,
-                }
-            }
-        }
-    }
-
-    /// Applies one watch event; true when the objects changed.
-    fn event(&self, line: &[u8], rv: &mut String) -> Result<bool, WatchEnd> {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            return Ok(false);
-        }
-        let ev: Value = serde_json::from_slice(line).map_err(|e| WatchEnd::Failed(format!("bad watch event: {e}")))?;
-        let obj = ev.get("object").cloned().unwrap_or(Value::Null);
-        let kind = s(&ev, &["type"]);
-        if kind == "ERROR" {
-            let code = obj.get("code").and_then(Value::as_u64).unwrap_or(0);
-            if code == 410 {
-                return Err(WatchEnd::Gone);
-            }
-            return Err(WatchEnd::Failed(format!("watch error {code}: {}", s(&obj, &["message"]))));
-        }
-        let new_rv = s(&obj, &["metadata", "resourceVersion"]);
-        if !new_rv.is_empty() {
-            *rv = new_rv.to_string();
-        }
-        match kind {
-            "ADDED" | "MODIFIED" => {
-                self.store.upsert(object_key(&obj), group_of(self.role, &obj));
-                Ok(true)
-            }
-            "DELETED" => Ok(self.store.groups.lock().remove(&object_key(&obj)).is_some()),
-            "BOOKMARK" => Ok(false),
-            other => {
-                tracing::debug!(event = %other, "kubernetes_sd: unknown watch event type; ignored");
-                Ok(false)
-            }
-        }
-    }
-}
-
-async fn read_limited(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
-        if body.len() + chunk.len() > MAX_EVENT {
-            return Err(format!("answer larger than {MAX_EVENT} bytes"));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 #[cfg(test)]

@@ -1,0 +1,361 @@
+//! The HTTP client options of Prometheus' `http_config` (`tls_config`, `authorization`,
+//! `basic_auth`, `bearer_token`, `bearer_token_file`, `follow_redirects`), shared by a scrape
+//! config and every discovery config that talks HTTP (`http_sd_configs`,
+//! `kubernetes_sd_configs`): one struct ([`HttpClientConfig`]), one check
+//! ([`HttpClientConfig::check`]) and one client builder (`client` in the receiver).
+//!
+//! The structs that carry these keys derive their own keys with `#[serde(remote = "Self")]` (an
+//! inherent `deserialize`) and hold them in a `#[serde(skip)] http` field; their `Deserialize`
+//! ([`with_http_client!`]) reads the map through [`Split`], which hands the HTTP keys to
+//! [`HttpClientConfig`] as they are read and refuses any other unknown key with serde's own
+//! message (`unknown field `x`, expected one of ...`, both sets of keys listed), raised while
+//! the key is read so that its path is the key's path and the config layer's "did you mean"
+//! works. (serde's `flatten` cannot be combined with `deny_unknown_fields`.)
+
+use super::config::{
+    AuthorizationConfig, BasicAuthConfig, ScrapeClient, ScrapeConfig, ScrapeCredentials, ScrapeTlsConfig,
+};
+use super::sd::http::HttpSdConfig;
+use super::sd::kubernetes::KubernetesSdConfig;
+use inferwatch_core::component::{FieldError, PathSeg};
+use inferwatch_core::extension::client_auth::Secret;
+use inferwatch_core::settings::TlsClientSettings;
+use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, Visitor};
+use serde::{Deserialize, forward_to_deserialize_any};
+use std::fmt;
+
+/// The keys [`HttpClientConfig`] reads, in Prometheus' order.
+pub const KEYS: [&str; 6] =
+    ["tls_config", "authorization", "basic_auth", "bearer_token", "bearer_token_file", "follow_redirects"];
+
+/// TLS, credentials and redirects of one HTTP client, as written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpClientConfig {
+    /// TLS of `https` requests.
+    pub tls_config: Option<ScrapeTlsConfig>,
+    /// `Authorization: <type> <credentials>` on each request.
+    pub authorization: Option<AuthorizationConfig>,
+    /// HTTP Basic credentials on each request.
+    pub basic_auth: Option<BasicAuthConfig>,
+    /// Bearer token (deprecated in Prometheus for `authorization`).
+    pub bearer_token: Option<Secret>,
+    /// File holding a bearer token (deprecated in Prometheus for `authorization`).
+    pub bearer_token_file: Option<String>,
+    /// Follow HTTP redirects (to http/https URLs, at most 5; default true).
+    pub follow_redirects: bool,
+}
+
+impl Default for HttpClientConfig {
+    fn default() -> Self {
+        HttpClientConfig {
+            tls_config: None,
+            authorization: None,
+            basic_auth: None,
+            bearer_token: None,
+            bearer_token_file: None,
+            follow_redirects: true,
+        }
+    }
+}
+
+fn key(k: &str) -> PathSeg {
+    PathSeg::Key(k.to_string())
+}
+
+impl HttpClientConfig {
+    /// Whether any TLS or credentials setting is given.
+    pub fn is_set(&self) -> bool {
+        self.tls_config.is_some()
+            || self.authorization.is_some()
+            || self.basic_auth.is_some()
+            || self.bearer_token.is_some()
+            || self.bearer_token_file.is_some()
+    }
+
+    /// Reads the value of `k` (one of [`KEYS`]) from `map`.
+    fn read<'de, A: MapAccess<'de>>(&mut self, k: &str, map: &mut A) -> Result<(), A::Error> {
+        match k {
+            "tls_config" => self.tls_config = map.next_value()?,
+            "authorization" => self.authorization = map.next_value()?,
+            "basic_auth" => self.basic_auth = map.next_value()?,
+            "bearer_token" => self.bearer_token = map.next_value()?,
+            "bearer_token_file" => self.bearer_token_file = map.next_value()?,
+            "follow_redirects" => self.follow_redirects = map.next_value()?,
+            other => return Err(de::Error::custom(format!("internal: {other:?} is not an HTTP client key"))),
+        }
+        Ok(())
+    }
+
+    /// Checks the settings and assembles the client's; errors are located by `err_at` (path
+    /// relative to the struct holding the keys, message).
+    pub fn check(&self, err_at: &dyn Fn(&[PathSeg], String) -> FieldError) -> Result<ScrapeClient, FieldError> {
+        let e = |rest: &[PathSeg], m: &str| err_at(rest, m.to_string());
+        let mut out = ScrapeClient { follow_redirects: self.follow_redirects, ..Default::default() };
+        if let Some(t) = &self.tls_config {
+            let at = |k: &str| vec![key("tls_config"), key(k)];
+            out.tls = TlsClientSettings {
+                insecure: false,
+                ca_file: t.ca_file.clone(),
+                cert_file: t.cert_file.clone(),
+                key_file: t.key_file.clone(),
+                insecure_skip_verify: t.insecure_skip_verify,
+                server_name_override: t.server_name.clone(),
+            };
+            if t.cert_file.is_some() != t.key_file.is_some() {
+                let k = if t.cert_file.is_some() { "key_file" } else { "cert_file" };
+                return Err(e(&at(k), "cert_file and key_file must be set together"));
+            }
+            inferwatch_core::tls::validate(&out.tls)
+                .map_err(|_| e(&at("server_name"), "not a DNS name or IP address"))?;
+            match t.min_version.as_deref() {
+                None | Some("TLS10" | "TLS11" | "TLS12") => {}
+                Some("TLS13") if t.server_name.is_some() => {
+                    return Err(e(&at("min_version"), "TLS13 together with server_name is not supported yet"));
+                }
+                Some("TLS13") => out.tls13_only = true,
+                Some(other) => {
+                    return Err(err_at(&at("min_version"), format!("unknown TLS version {other:?} (TLS12, TLS13)")));
+                }
+            }
+        }
+        let mut set = Vec::new();
+        if let Some(a) = &self.authorization {
+            set.push("authorization");
+            let scheme = a.kind.clone().unwrap_or_else(|| "Bearer".into());
+            if scheme.eq_ignore_ascii_case("basic") {
+                return Err(e(&[key("authorization"), key("type")], "use basic_auth for Basic credentials"));
+            }
+            out.credentials = Some(match (&a.credentials, &a.credentials_file) {
+                (Some(_), Some(_)) | (None, None) => {
+                    return Err(e(
+                        &[key("authorization"), key("credentials")],
+                        "set exactly one of credentials and credentials_file",
+                    ));
+                }
+                (Some(c), None) => ScrapeCredentials::Token { scheme, secret: c.clone() },
+                (None, Some(f)) => ScrapeCredentials::TokenFile { scheme, path: f.clone() },
+            });
+        }
+        if let Some(b) = &self.basic_auth {
+            set.push("basic_auth");
+            if b.username.contains(':') {
+                return Err(e(&[key("basic_auth"), key("username")], "must not contain ':'"));
+            }
+            out.credentials = Some(match (&b.password, &b.password_file) {
+                (Some(_), Some(_)) => {
+                    return Err(e(
+                        &[key("basic_auth"), key("password")],
+                        "set at most one of password and password_file",
+                    ));
+                }
+                (Some(p), None) => ScrapeCredentials::Basic { username: b.username.clone(), password: p.clone() },
+                (None, Some(f)) => ScrapeCredentials::BasicFile { username: b.username.clone(), path: f.clone() },
+                (None, None) => ScrapeCredentials::Basic { username: b.username.clone(), password: Secret::default() },
+            });
+        }
+        match (&self.bearer_token, &self.bearer_token_file) {
+            (Some(_), Some(_)) => {
+                return Err(e(&[key("bearer_token")], "set at most one of bearer_token and bearer_token_file"));
+            }
+            (Some(t), None) => {
+                set.push("bearer_token");
+                out.credentials = Some(ScrapeCredentials::Token { scheme: "Bearer".into(), secret: t.clone() });
+            }
+            (None, Some(f)) => {
+                set.push("bearer_token_file");
+                out.credentials = Some(ScrapeCredentials::TokenFile { scheme: "Bearer".into(), path: f.clone() });
+            }
+            (None, None) => {}
+        }
+        if set.len() > 1 {
+            return Err(err_at(&[key(set[1])], format!("{} and {} are mutually exclusive", set[0], set[1])));
+        }
+        Ok(out)
+    }
+}
+
+/// serde's `unknown field` message, listing the struct's own keys and the HTTP client keys.
+fn unknown_field(field: &str, own: &[&str]) -> String {
+    let all: Vec<&str> = own.iter().copied().chain(KEYS).collect();
+    // Always more than two keys: serde's "one of" form.
+    let quoted: Vec<String> = all.iter().map(|k| format!("`{k}`")).collect();
+    format!("unknown field `{field}`, expected one of {}", quoted.join(", "))
+}
+
+/// A deserializer that reads a struct's map, giving the HTTP client keys to `http` and the
+/// struct's own keys to the struct; any other key is an error at that key.
+pub struct Split<'h, D> {
+    /// The map's deserializer.
+    pub inner: D,
+    /// Where the HTTP client keys go.
+    pub http: &'h mut HttpClientConfig,
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for Split<'_, D> {
+    type Error = D::Error;
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_struct(name, fields, SplitVisitor { visitor, http: self.http, fields })
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_map(SplitVisitor { visitor, http: self.http, fields: &[] })
+    }
+
+    forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+        unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+    }
+}
+
+struct SplitVisitor<'h, V> {
+    visitor: V,
+    http: &'h mut HttpClientConfig,
+    fields: &'static [&'static str],
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for SplitVisitor<'_, V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.visitor.expecting(f)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.visitor.visit_map(SplitMap { map, http: self.http, fields: self.fields })
+    }
+}
+
+struct SplitMap<'h, A> {
+    map: A,
+    http: &'h mut HttpClientConfig,
+    fields: &'static [&'static str],
+}
+
+/// A key of the split map.
+enum Key {
+    /// One of the struct's own keys.
+    Own(String),
+    /// One of [`KEYS`].
+    Http(&'static str),
+}
+
+/// Reads a key, refusing one that is neither the struct's nor an HTTP client key (inside the
+/// key's deserialization, so that the error's path ends with the key).
+struct KeySeed {
+    fields: &'static [&'static str],
+}
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+        d.deserialize_identifier(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+        if self.fields.contains(&v) {
+            Ok(Key::Own(v.to_string()))
+        } else if let Some(k) = KEYS.iter().find(|k| **k == v) {
+            Ok(Key::Http(k))
+        } else {
+            Err(E::custom(unknown_field(v, self.fields)))
+        }
+    }
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for SplitMap<'_, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+        loop {
+            match self.map.next_key_seed(KeySeed { fields: self.fields })? {
+                None => return Ok(None),
+                Some(Key::Own(k)) => return seed.deserialize(k.into_deserializer()).map(Some),
+                Some(Key::Http(k)) => self.http.read(k, &mut self.map)?,
+            }
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+}
+
+/// `Deserialize` for structs whose own keys are derived with `#[serde(remote = "Self")]` and
+/// whose `http: HttpClientConfig` field is `#[serde(skip)]`.
+macro_rules! with_http_client {
+    ($($t:ty),* $(,)?) => {$(
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let mut http = HttpClientConfig::default();
+                // The inherent (derived) `deserialize`, over the split map.
+                let mut v = <$t>::deserialize(Split { inner: d, http: &mut http })?;
+                v.http = http;
+                Ok(v)
+            }
+        }
+    )*};
+}
+
+with_http_client!(ScrapeConfig, HttpSdConfig, KubernetesSdConfig);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use inferwatch_core::component::parse_config;
+    use serde_json::json;
+
+    #[test]
+    fn http_keys_and_own_keys_are_split() {
+        let c: HttpSdConfig = parse_config(&json!({"url": "http://sd/t", "follow_redirects": false,
+            "bearer_token_file": "/t", "tls_config": {"insecure_skip_verify": true}}))
+        .unwrap();
+        assert_eq!(c.url.as_deref(), Some("http://sd/t"));
+        assert!(!c.http.follow_redirects);
+        assert_eq!(c.http.bearer_token_file.as_deref(), Some("/t"));
+        assert!(c.http.tls_config.unwrap().insecure_skip_verify);
+        let c: HttpSdConfig = parse_config(&json!({"url": "http://sd/t"})).unwrap();
+        assert_eq!(c.http, HttpClientConfig::default());
+        assert!(c.http.follow_redirects, "follow_redirects defaults to true");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_at_their_path_with_every_key_listed() {
+        let e = parse_config::<HttpSdConfig>(&json!({"url": "u", "tls_confg": {}})).unwrap_err();
+        assert_eq!(e.path, vec![key("tls_confg")]);
+        assert!(e.message.starts_with("unknown field `tls_confg`, expected one of `url`, `refresh_interval`, "));
+        assert!(e.message.contains("`tls_config`") && e.message.contains("`follow_redirects`"), "{}", e.message);
+        // Inside an HTTP client key: the nested path.
+        let e = parse_config::<HttpSdConfig>(&json!({"url": "u", "tls_config": {"ca_fil": "x"}})).unwrap_err();
+        assert_eq!(e.path, vec![key("tls_config"), key("ca_fil")]);
+        let e = parse_config::<HttpSdConfig>(&json!({"url": "u", "follow_redirects": "yes"})).unwrap_err();
+        assert_eq!(e.path, vec![key("follow_redirects")]);
+        assert!(e.message.contains("expected a boolean"), "{}", e.message);
+        // Not a map: serde's message names the struct.
+        let e = parse_config::<HttpSdConfig>(&json!([1])).unwrap_err();
+        assert!(e.message.contains("struct HttpSdConfig"), "{}", e.message);
+    }
+
+    #[test]
+    fn unknown_field_message_is_serdes() {
+        assert_eq!(
+            unknown_field("x", &[]),
+            "unknown field `x`, expected one of `tls_config`, `authorization`, `basic_auth`, `bearer_token`, \
+             `bearer_token_file`, `follow_redirects`"
+        );
+    }
+}
