@@ -48,8 +48,14 @@ step() { # name, command...
     (set -e; "$@")
     rc=$?
     set -e
+    record "$name" "$t0" "$rc" ""
+}
+
+# Records a finished step's time; a failed one prints the summary and ends the script.
+record() { # name, start, exit code, suffix for a passed step
+    local name=$1 t0=$2 rc=$3 suffix=$4
     if [[ $rc -eq 0 ]]; then
-        TIMES+=("$(printf '%-30s %5ds  ok' "$name" $((SECONDS - t0)))")
+        TIMES+=("$(printf '%-30s %5ds  ok%s' "$name" $((SECONDS - t0)) "$suffix")")
     else
         TIMES+=("$(printf '%-30s %5ds  FAILED (exit %d)' "$name" $((SECONDS - t0)) "$rc")")
         summary
@@ -211,14 +217,7 @@ join() { # name
     echo "==> $name (joined)"
     cat "${BG_LOG[$name]}"
     rm -f "${BG_LOG[$name]}"
-    if [[ $rc -eq 0 ]]; then
-        TIMES+=("$(printf '%-30s %5ds  ok (background)' "$name" $((SECONDS - BG_T0[$name])))")
-    else
-        TIMES+=("$(printf '%-30s %5ds  FAILED (exit %d)' "$name" $((SECONDS - BG_T0[$name])) "$rc")")
-        summary
-        echo "FAILED: $name" >&2
-        exit "$rc"
-    fi
+    record "$name" "${BG_T0[$name]}" "$rc" " (background)"
 }
 installs() {
     ensure_venv

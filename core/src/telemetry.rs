@@ -936,7 +936,8 @@ pub mod exposition {
         }
     }
 
-    fn escape_label_value(s: &str, out: &mut String) {
+    /// Escapes a label value (`\\`, `"`, newline) into `out`, as both formats need.
+    pub fn escape_label_value(s: &str, out: &mut String) {
         for c in s.chars() {
             match c {
                 '\\' => out.push_str("\\\\"),
@@ -948,7 +949,7 @@ pub mod exposition {
     }
 
     /// HELP text: `\` and newline escaped in both formats, `"` in OpenMetrics too.
-    fn escape_help(s: &str, format: Format, out: &mut String) {
+    pub fn escape_help(s: &str, format: Format, out: &mut String) {
         for c in s.chars() {
             match c {
                 '\\' => out.push_str("\\\\"),

@@ -9,73 +9,13 @@ use super::translate::{FamilyType, Value, format_float};
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
-/// `Content-Type` of the text format 0.0.4.
-pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-/// `Content-Type` of OpenMetrics 1.0.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// The exposition format of one response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// Prometheus text format 0.0.4.
-    Text,
-    /// OpenMetrics 1.0 text.
-    OpenMetrics,
-}
-
-impl Format {
-    /// The format for a request's `Accept` header: OpenMetrics only when `open_metrics` is
-    /// enabled and the client lists `application/openmetrics-text` (with a non-zero q).
-    pub fn negotiate(accept: Option<&str>, open_metrics: bool) -> Format {
-        if !open_metrics {
-            return Format::Text;
-        }
-        let wants = accept.is_some_and(|a| {
-            a.split(',').any(|part| {
-                let mut it = part.split(';').map(str::trim);
-                let media = it.next().unwrap_or_default();
-                let q_zero = it.any(|p| p.strip_prefix("q=").is_some_and(|q| q.parse::<f64>().is_ok_and(|q| q <= 0.0)));
-                media.eq_ignore_ascii_case("application/openmetrics-text") && !q_zero
-            })
-        });
-        if wants { Format::OpenMetrics } else { Format::Text }
-    }
-
-    /// The response `Content-Type`.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::Text => TEXT_CONTENT_TYPE,
-            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
-        }
-    }
-}
+pub use inferwatch_core::telemetry::exposition::{Format, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+use inferwatch_core::telemetry::exposition::{escape_help, escape_label_value};
 
 /// A sample value: shortest round-trip digits, exponent form for very large or small numbers.
 pub fn sample_value(f: f64) -> String {
     let a = f.abs();
     if f.is_finite() && a != 0.0 && !(1e-6..1e21).contains(&a) { format!("{f:e}") } else { format_float(f) }
-}
-
-fn escape_label_value(s: &str, out: &mut String) {
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
-fn escape_help(s: &str, om: bool, out: &mut String) {
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '"' if om => out.push_str("\\\""),
-            c => out.push(c),
-        }
-    }
 }
 
 /// Writes `name{labels,extra} value\n`.
@@ -129,7 +69,7 @@ pub fn render(acc: &Accumulator, format: Format) -> String {
 fn render_family(out: &mut String, family_name: &str, name: &str, fam: &FamilyState, om: bool) {
     if !fam.help.is_empty() {
         let _ = write!(out, "# HELP {family_name} ");
-        escape_help(&fam.help, om, out);
+        escape_help(&fam.help, if om { Format::OpenMetrics } else { Format::Text }, out);
         out.push('\n');
     }
     let _ = writeln!(out, "# TYPE {family_name} {}", fam.kind.as_str());

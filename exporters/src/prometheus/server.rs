@@ -7,6 +7,7 @@ use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use inferwatch_core::telemetry::exposition::negotiate;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -117,7 +118,7 @@ impl Server {
 
 async fn metrics(State(s): State<Arc<Served>>, headers: HeaderMap) -> Response {
     let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
-    let format = Format::negotiate(accept, s.open_metrics);
+    let format = if s.open_metrics { negotiate(accept) } else { Format::Text };
     let body = {
         let mut acc = s.state.lock();
         acc.expire(Instant::now());
