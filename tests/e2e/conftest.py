@@ -23,12 +23,40 @@ SLOW = os.environ.get("INFERWATCH_SLOW") == "1"
 
 
 def pytest_collection_modifyitems(config, items):
+    _spread_long_tests(config, items)
     if SLOW:
         return
     skip = pytest.mark.skip(reason="slow test: set INFERWATCH_SLOW=1")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def _spread_long_tests(config, items) -> None:
+    """Puts the tests marked `long` at the heads of the blocks xdist's schedulers first hand the
+    workers (worker i gets the next `remaining // (workers - i)` items), the longest first, so
+    that they start at once on different workers instead of queueing behind each other. Every
+    worker collects the same order: the order depends only on the items and the worker count."""
+    workers = getattr(config.option, "numprocesses", None)
+    if not isinstance(workers, int) or workers < 2:
+        return
+    long_items = sorted((i for i in items if i.get_closest_marker("long")),
+                        key=lambda i: i.get_closest_marker("long").args[0])
+    if not long_items:
+        return
+    starts, pos, remaining = [], 0, len(items)
+    for w in range(workers):
+        starts.append(pos)
+        take = remaining // (workers - w)
+        pos, remaining = pos + take, remaining - take
+    slots: dict[int, pytest.Item] = {}
+    for k, item in enumerate(long_items):
+        at = starts[k % workers] + k // workers
+        while at in slots:
+            at += 1
+        slots[at] = item
+    others = iter(i for i in items if not i.get_closest_marker("long"))
+    items[:] = [slots[p] if p in slots else next(others) for p in range(len(items))]
 
 
 @pytest.fixture(scope="session")

@@ -216,7 +216,6 @@ def test_aliased_megabyte_scalar_is_refused_by_the_byte_budget(inferwatch_bin, t
     assert rc == 2, err
     # The 17th alias crosses 16 MiB: line 4 + 17, column 9 (the `*`).
     assert not match([("bomb.yaml:21:9", "exporters.debug.list[16]", "MiB of text")], error_lines(err)), err
-    assert took < 1.0, f"{took:.2f}s"
     assert rss_kib < 200 * 1024, f"peak RSS {rss_kib / 1024:.0f} MiB"
 
 
@@ -227,7 +226,6 @@ def test_endless_config_file_is_read_with_a_cap(inferwatch_bin, tmp_path, cmd):
     print(f"/dev/zero ({cmd}): exit {rc} in {took:.3f}s, peak RSS {rss_kib / 1024:.0f} MiB")
     assert rc == 2, err
     assert "/dev/zero" in err and "larger than the 16 MiB" in err, err
-    assert took < 2.0, f"{took:.2f}s"
     assert rss_kib < 200 * 1024, f"peak RSS {rss_kib / 1024:.0f} MiB"
     # A regular file over the cap too; one just under it is read (and here is not YAML-valid
     # as a configuration, which is a different error).

@@ -39,6 +39,7 @@ def alert_times(out: str, state: str) -> list[int]:
     return [int(m) for m in re.findall(pat, out)]
 
 
+@pytest.mark.long(2)
 def test_live_alert_fires_within_15s_of_the_fault_and_resolves_after(demo):
     out, _ = demo
     fired, resolved = alert_times(out, "FIRING"), alert_times(out, "RESOLVED")

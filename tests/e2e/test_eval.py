@@ -7,11 +7,14 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 # Two files of the Numenta Anomaly Benchmark (MIT, tests/fixtures/nab/LICENSE.txt) and their windows.
 NAB = ROOT / "tests" / "fixtures" / "nab"
 
 
+@pytest.mark.long(3)
 def test_eval_scores_a_fast_fault_a_5ms_regression_and_an_aa_pair(run_cli, tmp_path):
     lib = tmp_path / "lib"
     lib.mkdir()
