@@ -122,24 +122,126 @@ pub fn print_config(args: &PrintConfigArgs) -> std::process::ExitCode {
 
 /// Sets up `tracing` output on stderr, as console text.
 pub fn init_logging(level: Option<&str>) {
-    init_logging_as(level, inferwatch_core::config::LogEncoding::Console);
+    let t = inferwatch_core::config::TelemetryConfig::default();
+    if let Err(e) = init_logging_with(level, &t) {
+        eprintln!("error: {e}");
+    }
 }
 
-/// Sets up `tracing` output on stderr in `encoding` (`service.telemetry.logs.encoding`): console
-/// text, or one JSON object per line (`timestamp`, `level`, `fields.message` and the event's fields).
-pub fn init_logging_as(level: Option<&str>, encoding: inferwatch_core::config::LogEncoding) {
+/// Sets up `tracing` as `service.telemetry.logs` asks: `encoding` console text or one JSON
+/// object per line (`timestamp`, `level`, `message` and the event's fields at the top level),
+/// written to every `output_paths` destination (stderr, stdout, files opened for appending),
+/// with the `initial_fields` on every line. `level` (`--log-level`, else `logs.level`) wins
+/// over `RUST_LOG`. Fails, naming the path, when a log file cannot be opened.
+pub fn init_logging_with(level: Option<&str>, t: &inferwatch_core::config::TelemetryConfig) -> Result<(), String> {
+    use inferwatch_core::config::{LogEncoding, LogOutput};
+    use std::io::IsTerminal;
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
     let filter =
         level.map(str::to_string).or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| "info".to_string());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
         eprintln!("invalid --log-level {filter:?}: {e}; using info");
         tracing_subscriber::EnvFilter::new("info")
     });
-    use std::io::IsTerminal;
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
-    match encoding {
-        inferwatch_core::config::LogEncoding::Console => fmt.with_ansi(std::io::stderr().is_terminal()).init(),
-        inferwatch_core::config::LogEncoding::Json => {
-            fmt.json().with_ansi(false).with_current_span(false).with_span_list(false).init()
+    let mut writer: Option<BoxMakeWriter> = None;
+    for out in &t.logs_outputs {
+        let next = match out {
+            LogOutput::Stderr => BoxMakeWriter::new(std::io::stderr),
+            LogOutput::Stdout => BoxMakeWriter::new(std::io::stdout),
+            LogOutput::File(path) => {
+                let file =
+                    std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| {
+                        format!("service.telemetry.logs.output_paths: cannot open {}: {e}", path.display())
+                    })?;
+                BoxMakeWriter::new(std::sync::Arc::new(file))
+            }
+        };
+        writer = Some(match writer {
+            Some(w) => BoxMakeWriter::new(w.and(next)),
+            None => next,
+        });
+    }
+    let writer = writer.unwrap_or_else(|| BoxMakeWriter::new(std::io::stderr));
+    let ansi = t.logs_outputs == [LogOutput::Stderr] && std::io::stderr().is_terminal();
+    let fields = &t.logs_initial_fields;
+    type Boxed = Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>;
+    let layer: Boxed = match t.logs_encoding {
+        LogEncoding::Console => {
+            let l = tracing_subscriber::fmt::layer().with_writer(writer).with_target(false);
+            if fields.is_empty() {
+                l.with_ansi(ansi).boxed()
+            } else {
+                let format = tracing_subscriber::fmt::format().with_target(false);
+                l.with_ansi(false).event_format(InitialFields::console(format, fields)).boxed()
+            }
+        }
+        LogEncoding::Json => {
+            let format = tracing_subscriber::fmt::format()
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .with_target(false);
+            let l = tracing_subscriber::fmt::layer().json().with_writer(writer).with_ansi(false);
+            if fields.is_empty() {
+                l.event_format(format).boxed()
+            } else {
+                l.event_format(InitialFields::json(format, fields)).boxed()
+            }
+        }
+    };
+    tracing_subscriber::registry().with(layer.with_filter(filter)).try_init().map_err(|e| e.to_string())
+}
+
+/// `logs.initial_fields` on every line: spliced after a JSON line's opening brace, or appended
+/// to a console line as `key=value` (values in JSON).
+struct InitialFields<F> {
+    inner: F,
+    json: bool,
+    /// `"k":v,` for JSON, ` k=v` for console.
+    rendered: String,
+}
+
+impl<F> InitialFields<F> {
+    fn json(inner: F, fields: &[(String, serde_json::Value)]) -> Self {
+        let mut rendered = String::new();
+        for (k, v) in fields {
+            rendered.push_str(&serde_json::Value::String(k.clone()).to_string());
+            rendered.push(':');
+            rendered.push_str(&v.to_string());
+            rendered.push(',');
+        }
+        InitialFields { inner, json: true, rendered }
+    }
+
+    fn console(inner: F, fields: &[(String, serde_json::Value)]) -> Self {
+        let rendered = fields.iter().map(|(k, v)| format!(" {k}={v}")).collect();
+        InitialFields { inner, json: false, rendered }
+    }
+}
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for InitialFields<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let mut line = String::new();
+        self.inner.format_event(ctx, tracing_subscriber::fmt::format::Writer::new(&mut line), event)?;
+        let body = line.strip_suffix('\n').unwrap_or(&line);
+        match body.strip_prefix('{') {
+            Some(rest) if self.json => writeln!(writer, "{{{}{rest}", self.rendered),
+            _ => writeln!(writer, "{body}{}", self.rendered),
         }
     }
 }

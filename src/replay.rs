@@ -94,7 +94,10 @@ pub fn run(args: &ReplayArgs, log_level: Option<&str>) -> ExitCode {
         }
     }
     let t = &cfg.service.telemetry;
-    crate::cli::init_logging_as(Some(log_level.or(t.logs_level.as_deref()).unwrap_or("warn")), t.logs_encoding);
+    if let Err(e) = crate::cli::init_logging_with(Some(log_level.or(t.logs_level.as_deref()).unwrap_or("warn")), t) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("inferwatch").build() {
         Ok(rt) => rt,
         Err(e) => {

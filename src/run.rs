@@ -85,7 +85,10 @@ pub fn run(paths: &[PathBuf], sets: &[String], log_level: Option<&str>) -> ExitC
         }
     };
     let t = &cfg.service.telemetry;
-    crate::cli::init_logging_as(log_level.or(t.logs_level.as_deref()), t.logs_encoding);
+    if let Err(e) = crate::cli::init_logging_with(log_level.or(t.logs_level.as_deref()), t) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
     for w in warnings(&cfg) {
         tracing::warn!("configuration: {w}");
     }

@@ -250,6 +250,11 @@ pub trait ReceiverFactory: Send + Sync {
     fn signals(&self) -> &'static [Signal];
     /// Checks the settings without building anything.
     fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError>;
+    /// Valid settings that cannot do what they seem to, located by path: `validate` and start-up
+    /// print them without failing (default: none).
+    fn warnings(&self, _cfg: &serde_json::Value) -> Vec<FieldError> {
+        Vec::new()
+    }
     /// Builds a receiver from settings.
     fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Receiver>, ComponentError>;
 }

@@ -191,6 +191,8 @@ pub trait WatchSink: Send + Sync {
     fn flush(&self) {}
     /// A failure, to be counted.
     fn failed(&self, failure: Failure);
+    /// How many objects of a list were not kept ([`Failure::ObjectsCut`] is reported too).
+    fn objects_cut(&self, _n: usize) {}
     /// Most objects one list keeps.
     fn max_objects(&self) -> usize {
         MAX_OBJECTS
@@ -278,7 +280,7 @@ impl Looper {
         let mut cont = String::new();
         let mut fresh: Vec<Value> = Vec::new();
         let max = self.sink.max_objects();
-        let mut cut = false;
+        let mut cut = 0usize;
         let rv = loop {
             let mut extra = vec![("limit", PAGE.to_string())];
             if !cont.is_empty() {
@@ -305,8 +307,8 @@ impl Looper {
             if let Some(Value::Array(items)) = list.get_mut("items").map(Value::take) {
                 for item in items {
                     if fresh.len() >= max {
-                        cut = true;
-                        break;
+                        cut += 1;
+                        continue;
                     }
                     fresh.push(item);
                 }
@@ -316,8 +318,9 @@ impl Looper {
                 break str_at(&list, &["metadata", "resourceVersion"]).to_string();
             }
         };
-        if cut {
+        if cut > 0 {
             self.sink.failed(Failure::ObjectsCut);
+            self.sink.objects_cut(cut);
         }
         self.sink.replace(fresh);
         Ok(rv)

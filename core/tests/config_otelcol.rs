@@ -405,8 +405,13 @@ fn service_telemetry_is_honoured_or_refused() {
     // What the agent cannot do is refused, each located and saying why.
     let refused = [
         ("    logs: {encoding: xml}\n", "service.telemetry.logs.encoding", "invalid encoding \"xml\""),
-        ("    logs: {output_paths: [/var/log/x]}\n", "service.telemetry.logs.output_paths", "not supported"),
-        ("    logs: {initial_fields: {a: b}}\n", "service.telemetry.logs.initial_fields", "not supported"),
+        ("    logs: {output_paths: []}\n", "service.telemetry.logs.output_paths", "name at least one destination"),
+        ("    logs: {output_paths: [\"s3://bucket/x\"]}\n", "service.telemetry.logs.output_paths[0]", "scheme s3://"),
+        (
+            "    logs: {error_output_paths: [/var/log/x]}\n",
+            "service.telemetry.logs.error_output_paths",
+            "error_output_paths other than [stderr]",
+        ),
         ("    logs: {processors: [{batch: {}}]}\n", "service.telemetry.logs.processors", "own logs through OTLP"),
         ("    logs: {levle: info}\n", "service.telemetry.logs.levle", "did you mean \"level\"?"),
         ("    metrics: {views: []}\n", "service.telemetry.metrics.views", "not supported by inferwatch: metric views"),

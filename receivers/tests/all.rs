@@ -2,6 +2,7 @@
 mod fuzz_http;
 mod fuzz_prometheus;
 mod nvml;
+mod nvml_pods;
 mod otlp;
 mod otlp_security;
 mod prometheus;

@@ -624,7 +624,7 @@ async fn scrapes_the_simulator_and_survives_a_dead_target() {
     let dead_scrapes = scrapes_of(&reqs, &dead);
     for ms in &dead_scrapes {
         assert_eq!(up(ms), 0.0);
-        assert_eq!(names(ms), ["up", "scrape_duration_seconds", "scrape_samples_scraped"]);
+        assert_eq!(names(ms), HEALTH);
     }
     assert!(telemetry.scrape_failures("dead", &dead, "unreachable").get() >= 3);
     assert_eq!(telemetry.scrape_failures("vllm", &sim_addr, "unreachable").get(), 0);
@@ -636,6 +636,105 @@ async fn scrapes_the_simulator_and_survives_a_dead_target() {
     tokio::time::timeout(Duration::from_millis(300), cap.wait_for("nothing", |r| r.len() > n)).await.ok();
     assert_eq!(cap.reqs.lock().unwrap().len(), n, "no scrape after shutdown");
     sim.shutdown().await;
+}
+
+/// The scrape-health series, in the order every scrape has them.
+const HEALTH: [&str; 5] = [
+    "up",
+    "scrape_duration_seconds",
+    "scrape_samples_scraped",
+    "scrape_samples_post_metric_relabeling",
+    "scrape_series_added",
+];
+
+/// The health series of one scrape: name → (point attributes, value).
+fn health(ms: &[Metric]) -> std::collections::BTreeMap<String, (Vec<(String, String)>, f64)> {
+    HEALTH
+        .iter()
+        .map(|name| {
+            let points = &gauge(find(ms, name)).data_points;
+            assert_eq!(points.len(), 1, "{name}");
+            let attrs = points[0]
+                .attributes
+                .iter()
+                .map(|kv| (kv.key.clone(), attr(std::slice::from_ref(kv), &kv.key).unwrap_or_default().to_string()))
+                .collect();
+            (name.to_string(), (attrs, num(&points[0])))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_series_carry_their_targets_labels() {
+    let fake = Arc::new(Fake::default());
+    *fake.answer.lock().unwrap() = text_answer("# TYPE a gauge\na{k=\"1\"} 1\na{k=\"2\"} 2\nb 3\n");
+    let addr = serve_fake(fake).await;
+    let dead = format!("127.0.0.1:{}", dead_port().await);
+    let (mut r, cap, _) = start_receiver(json!({"config": {"scrape_configs": [
+        {"job_name": "live", "scrape_interval": "100ms", "scrape_timeout": "100ms",
+         "static_configs": [{"targets": [addr], "labels": {"env": "prod"}}],
+         "relabel_configs": [{"target_label": "zone", "replacement": "z1"}],
+         "metric_relabel_configs": [{"source_labels": ["__name__"], "regex": "b", "action": "drop"}]},
+        {"job_name": "refused", "scrape_interval": "100ms", "scrape_timeout": "100ms",
+         "static_configs": [{"targets": [dead], "labels": {"env": "dev"}}]},
+    ]}}))
+    .await;
+    cap.wait_for("two scrapes of each target", |reqs| {
+        good_scrapes(reqs, &addr).len() >= 2 && scrapes_of(reqs, &dead).len() >= 2
+    })
+    .await;
+    r.shutdown().await;
+    let reqs = cap.reqs.lock().unwrap().clone();
+    let job_of = |instance: &str| -> Vec<String> {
+        reqs.iter()
+            .flat_map(|r| &r.resource_metrics)
+            .map(|rm| &rm.resource.as_ref().unwrap().attributes)
+            .filter(|a| attr(a, "service.instance.id") == Some(instance))
+            .map(|a| attr(a, "service.name").unwrap_or_default().to_string())
+            .collect()
+    };
+    assert!(job_of(&addr).iter().all(|j| j == "live"), "{:?}", job_of(&addr));
+    assert!(job_of(&dead).iter().all(|j| j == "refused"), "{:?}", job_of(&dead));
+    let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let live = good_scrapes(&reqs, &addr);
+    let (first, second) = (health(live[0]), health(live[1]));
+    for (name, (attrs, _)) in first.iter().chain(&second) {
+        assert_eq!(attrs, &vec![s("env", "prod"), s("zone", "z1")], "{name}");
+    }
+    assert_eq!(first["scrape_samples_scraped"].1, 3.0);
+    assert_eq!(first["scrape_samples_post_metric_relabeling"].1, 2.0, "b is dropped");
+    assert_eq!(first["scrape_series_added"].1, 2.0, "the first scrape adds every kept series");
+    assert_eq!(second["scrape_series_added"].1, 0.0, "the same series again");
+    let p = &gauge(find(live[0], "a")).data_points[0];
+    assert_eq!(attr(&p.attributes, "env"), Some("prod"), "scraped points have the same target labels");
+    for ms in scrapes_of(&reqs, &dead) {
+        assert_eq!(names(ms), HEALTH, "a refused scrape has the health series only");
+        let h = health(ms);
+        assert_eq!(h["up"].1, 0.0);
+        for (name, (attrs, v)) in &h {
+            assert_eq!(attrs, &vec![s("env", "dev")], "{name}");
+            if name != "scrape_duration_seconds" && name != "up" {
+                assert_eq!(*v, 0.0, "{name}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_url_carries_the_scrapes() {
+    // The "proxy" answers any absolute-form GET of /metrics; the target itself does not exist.
+    let proxy = Arc::new(Fake::default());
+    *proxy.answer.lock().unwrap() = text_answer("through_proxy 1\n");
+    let proxy_addr = serve_fake(proxy.clone()).await;
+    let target = format!("127.0.0.1:{}", dead_port().await);
+    let (mut r, cap, _) = start_receiver(json!({"config": {"scrape_configs": [{"job_name": "p",
+        "scrape_interval": "250ms", "proxy_url": format!("http://{proxy_addr}"), "no_proxy": "10.0.0.0/8",
+        "static_configs": [{"targets": [target]}]}]}}))
+    .await;
+    cap.wait_for("a scrape through the proxy", |reqs| !good_scrapes(reqs, &target).is_empty()).await;
+    r.shutdown().await;
+    let reqs = cap.reqs.lock().unwrap().clone();
+    assert_eq!(num(&gauge(find(good_scrapes(&reqs, &target)[0], "through_proxy")).data_points[0]), 1.0);
 }
 
 /// A fake exporter whose answer the test sets; it records what scrapers ask.

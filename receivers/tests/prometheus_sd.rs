@@ -1,7 +1,8 @@
 //! Service discovery of the `prometheus` receiver. The Kubernetes API cannot run on this
-//! machine: discovery is tested against recorded API responses of the real shape (a `PodList`
-//! and a watch stream of newline-delimited events, in `fixtures/k8s_*`, shaped after the
-//! Kubernetes API reference; `__PORT__` is replaced by the test server's port) served by a
+//! machine: discovery is tested against recorded API responses of the real shape (`PodList`,
+//! `EndpointsList`, `ServiceList` and watch streams of newline-delimited events, in
+//! `fixtures/k8s_*`, shaped after the Kubernetes API reference; `__PORT__` is replaced by the
+//! test server's port) served by a
 //! local axum server, through the same reqwest client and list + watch code the agent uses in a
 //! cluster. File and HTTP discovery, target_limit, the loop count as targets come and go, and
 //! config errors are tested here too.
@@ -32,6 +33,10 @@ const VLLM: &str = include_str!("fixtures/vllm_v1.prom");
 const POD_LIST: &str = include_str!("fixtures/k8s_pod_list.json");
 const POD_WATCH: &str = include_str!("fixtures/k8s_pod_watch.jsonl");
 const WATCH_GONE: &str = include_str!("fixtures/k8s_watch_gone.jsonl");
+const ENDPOINTS_LIST: &str = include_str!("fixtures/k8s_endpoints_list.json");
+const ENDPOINTS_WATCH: &str = include_str!("fixtures/k8s_endpoints_watch.jsonl");
+const SERVICE_LIST: &str = include_str!("fixtures/k8s_service_list.json");
+const SERVICE_WATCH: &str = include_str!("fixtures/k8s_service_watch.jsonl");
 const DEADLINE: Duration = Duration::from_secs(10);
 
 #[derive(Default)]
@@ -70,6 +75,46 @@ impl Capture {
                         })
                         .collect();
                     out.push((m.name.clone(), map));
+                }
+            }
+        }
+        out
+    }
+
+    /// (metric name, point attributes, numeric value) of every gauge point scraped from `instance`.
+    fn gauges_of(&self, instance: &str) -> Vec<(String, HashMap<String, String>, f64)> {
+        use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+        use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as NumV;
+        let mut out = Vec::new();
+        for rm in self.reqs.lock().unwrap().iter().flat_map(|r| &r.resource_metrics) {
+            let res = rm.resource.iter().flat_map(|r| &r.attributes);
+            let of = |key: &str| {
+                res.clone().find(|kv| kv.key == key).and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                    AnyV::StringValue(s) => Some(s.clone()),
+                    _ => None,
+                })
+            };
+            if of("service.instance.id").as_deref() != Some(instance) {
+                continue;
+            }
+            for m in rm.scope_metrics.iter().flat_map(|sm| &sm.metrics) {
+                let Some(Data::Gauge(g)) = &m.data else { continue };
+                for p in &g.data_points {
+                    let attrs = p
+                        .attributes
+                        .iter()
+                        .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                            AnyV::StringValue(s) => Some((kv.key.clone(), s.clone())),
+                            _ => None,
+                        })
+                        .chain(of("service.name").map(|j| ("service.name".to_string(), j)))
+                        .collect();
+                    let v = match p.value {
+                        Some(NumV::AsDouble(d)) => d,
+                        Some(NumV::AsInt(i)) => i as f64,
+                        None => f64::NAN,
+                    };
+                    out.push((m.name.clone(), attrs, v));
                 }
             }
         }
@@ -240,6 +285,146 @@ async fn a_vllm_pod_is_discovered_relabeled_scraped_and_forgotten_when_deleted()
     let hits = f.metrics_hits.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(300)).await; // three intervals: no scrape may come
     assert_eq!(f.metrics_hits.load(Ordering::SeqCst), hits, "a deleted pod is no longer scraped");
+    r.shutdown().await;
+}
+
+/// A fake API server for role endpoints (endpoints, pods and services of namespace `ml`) and
+/// a vLLM-like `/metrics`.
+struct Api {
+    port: u16,
+    /// (resource, query) of every request.
+    requests: Mutex<Vec<(&'static str, HashMap<String, String>)>>,
+    /// The stream of the first watch of each resource (later ones hang).
+    streams: Mutex<HashMap<&'static str, mpsc::Receiver<Result<String, std::io::Error>>>>,
+}
+
+async fn api(resource: &'static str, f: Arc<Api>, q: HashMap<String, String>) -> Response {
+    f.requests.lock().unwrap().push((resource, q.clone()));
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    if q.get("watch").map(String::as_str) != Some("1") {
+        let list = match resource {
+            "endpoints" => ENDPOINTS_LIST,
+            "services" => SERVICE_LIST,
+            _ => POD_LIST,
+        };
+        return (json, list.replace("__PORT__", &f.port.to_string())).into_response();
+    }
+    match f.streams.lock().unwrap().remove(resource) {
+        Some(rx) => (json, Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))).into_response(),
+        None => Body::from_stream(futures::stream::pending::<Result<String, std::io::Error>>()).into_response(),
+    }
+}
+
+type Feed = mpsc::Sender<Result<String, std::io::Error>>;
+
+/// The fake API server, and the feeds of its endpoints and services watch streams.
+async fn api_server() -> (Arc<Api>, Feed, Feed) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (etx, erx) = mpsc::channel(16);
+    let (stx, srx) = mpsc::channel(16);
+    let f = Arc::new(Api {
+        port: listener.local_addr().unwrap().port(),
+        requests: Mutex::new(Vec::new()),
+        streams: Mutex::new(HashMap::from([("endpoints", erx), ("services", srx)])),
+    });
+    let route =
+        |r: &'static str| get(move |State(f): State<Arc<Api>>, Query(q): Query<HashMap<String, String>>| api(r, f, q));
+    let app = Router::new()
+        .route("/metrics", get(|| async { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], VLLM) }))
+        .route("/api/v1/namespaces/ml/endpoints", route("endpoints"))
+        .route("/api/v1/namespaces/ml/pods", route("pods"))
+        .route("/api/v1/namespaces/ml/services", route("services"))
+        .with_state(f.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (f, etx, stx)
+}
+
+fn lines_of(stream: &str, port: u16) -> Vec<String> {
+    stream.replace("__PORT__", &port.to_string()).lines().map(|l| format!("{l}\n")).collect()
+}
+
+#[tokio::test]
+async fn endpoints_are_selected_by_their_service_labels_and_carry_pod_labels() {
+    let (f, endpoints_tx, services_tx) = api_server().await;
+    let cfg = json!({"config": {"scrape_configs": [{
+        "job_name": "vllm-endpoints", "scrape_interval": "100ms", "scrape_timeout": "100ms",
+        "kubernetes_sd_configs": [{"role": "endpoints", "api_server": format!("http://127.0.0.1:{}", f.port),
+            "namespaces": {"names": ["ml"]},
+            "selectors": [{"role": "endpoints", "label": "app"}, {"role": "service", "field": "metadata.name!=kubernetes"}]}],
+        "relabel_configs": [
+            {"source_labels": ["__meta_kubernetes_service_label_app"], "action": "keep", "regex": "vllm"},
+            {"source_labels": ["__meta_kubernetes_endpoint_port_name"], "action": "keep", "regex": "http"},
+            {"source_labels": ["__meta_kubernetes_endpoint_ready"], "action": "keep", "regex": "true"},
+            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+            {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            {"source_labels": ["__meta_kubernetes_pod_container_name", "__meta_kubernetes_pod_container_port_name",
+                               "__meta_kubernetes_endpoint_node_name", "__meta_kubernetes_pod_node_name",
+                               "__meta_kubernetes_pod_ip", "__meta_kubernetes_service_annotation_prometheus_io_scrape",
+                               "__meta_kubernetes_service_labelpresent_tier"],
+             "separator": "/", "target_label": "k8s"}
+        ]
+    }]}});
+    let (mut r, cap, _) = start(cfg).await;
+    let here = format!("127.0.0.1:{}", f.port);
+    until("the vLLM endpoint's metrics", || {
+        cap.gauges_of(&here).iter().any(|(n, _, _)| n == "vllm:num_requests_running")
+    })
+    .await;
+    // vllm-external has app=vllm on the Endpoints object but no Service: not selected; redis
+    // and the grpc port are dropped; the not-ready replica is dropped.
+    assert_eq!(r.active_loops(), 1);
+    let points = cap.gauges_of(&here);
+    let (_, attrs, _) = points.iter().find(|(n, _, _)| n == "vllm:num_requests_running").unwrap();
+    let want = |k: &str, v: &str| assert_eq!(attrs.get(k).map(String::as_str), Some(v), "{k}: {attrs:?}");
+    want("service.name", "vllm-endpoints");
+    want("namespace", "ml");
+    want("service", "vllm");
+    want("pod", "vllm-7d9f8b6c5-x2x7k");
+    want("k8s", "vllm/http/gpu-node-1/gpu-node-1/127.0.0.1/true/true");
+    // The health series carry the same target labels.
+    let (_, up, v) = points.iter().find(|(n, _, _)| n == "up").unwrap();
+    assert_eq!(*v, 1.0);
+    let target: HashMap<String, String> = ["service.name", "namespace", "service", "pod", "k8s"]
+        .iter()
+        .map(|k| (k.to_string(), attrs[*k].clone()))
+        .collect();
+    assert_eq!(up, &target, "up has the target's labels, and only those");
+    {
+        let reqs = f.requests.lock().unwrap();
+        for (res, want) in [
+            ("endpoints", Some(("labelSelector", "app"))),
+            ("services", Some(("fieldSelector", "metadata.name!=kubernetes"))),
+            ("pods", None),
+        ] {
+            let of: Vec<_> = reqs.iter().filter(|(r, _)| *r == res).map(|(_, q)| q).collect();
+            assert!(!of.is_empty(), "{res} is listed");
+            for q in of {
+                let sel = q.iter().find(|(k, _)| k.ends_with("Selector")).map(|(k, v)| (k.as_str(), v.as_str()));
+                assert_eq!(sel, want, "{res}: {q:?}");
+            }
+        }
+    }
+
+    // The not-ready replica becomes ready; nothing listens at its address: up = 0, with its labels.
+    for l in lines_of(ENDPOINTS_WATCH, f.port) {
+        endpoints_tx.send(Ok(l)).await.unwrap();
+    }
+    until("two loops", || r.active_loops() == 2).await;
+    let there = format!("127.0.0.2:{}", f.port);
+    until("a failed scrape of the second replica", || cap.gauges_of(&there).iter().any(|(n, _, _)| n == "up")).await;
+    let points = cap.gauges_of(&there);
+    let (_, attrs, v) = points.iter().find(|(n, _, _)| n == "up").unwrap();
+    assert_eq!(*v, 0.0);
+    assert_eq!(attrs.get("service").map(String::as_str), Some("vllm"), "{attrs:?}");
+    assert_eq!(attrs.get("service.name").map(String::as_str), Some("vllm-endpoints"));
+    assert!(!attrs.contains_key("pod"), "the pod is not in the pod list: no pod labels: {attrs:?}");
+
+    // The Service is relabelled: its endpoints no longer match.
+    for l in lines_of(SERVICE_WATCH, f.port) {
+        services_tx.send(Ok(l)).await.unwrap();
+    }
+    until("no loop once the Service is relabelled", || r.active_loops() == 0).await;
     r.shutdown().await;
 }
 

@@ -107,6 +107,23 @@ def test_plain_otelcol_config_is_valid(run_cli, tmp_path):
     assert "valid" in r.stdout
 
 
+def test_otlp_buffer_sizes_are_accepted_with_a_located_warning(run_cli, tmp_path):
+    """otelcol's grpc read/write_buffer_size change nothing here: one located warning each, exit 0."""
+    (tmp_path / "buffers.yaml").write_text(
+        "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:4317\n"
+        "        read_buffer_size: 524288\n        write_buffer_size: 0\n"
+        "exporters: {debug: {}}\nservice:\n  pipelines:\n    traces: {receivers: [otlp], exporters: [debug]}\n")
+    r = run_cli("validate", "--config", "buffers.yaml")
+    assert r.returncode == 0, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        "warning: buffers.yaml:6:9: receivers.otlp.protocols.grpc.read_buffer_size: has no effect: "
+        "the gRPC server (tonic/hyper) sizes its connection buffers itself",
+        "warning: buffers.yaml:7:9: receivers.otlp.protocols.grpc.write_buffer_size: has no effect: "
+        "the gRPC server (tonic/hyper) sizes its connection buffers itself",
+    ], r.stderr
+
+
 def readme_examples() -> list[str]:
     """YAML blocks of the repository README that look like a whole agent configuration."""
     readme = Path(__file__).resolve().parents[2] / "README.md"

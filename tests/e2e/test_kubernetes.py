@@ -2,6 +2,9 @@
 node-agent and gateway, checked with the real tools and the real binary.
 
 - `kubectl kustomize` renders every overlay (skipped when kubectl is missing, failed under CI);
+- the three overlays apply to one cluster in any order: no object rendered twice with different
+  content, the node agent's namespace privileged and the others' restricted, bindings naming
+  their overlay's service account, every `<svc>.<ns>.svc` in the docs a rendered Service;
 - the agent's pod in each: probes on health_check, listeners on 0.0.0.0, non-root, read-only
   root, no capabilities, RuntimeDefault seccomp, a writable state volume, requests and limits
   (memory_limiter below the limit), the settings ConfigMap through envFrom, the Downward API
@@ -23,9 +26,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -33,47 +36,27 @@ import requests
 import yaml
 
 from support.agent import Ports, free_port, parse_openmetrics
+from support.kube import (AGENT, POD, REPO, agent_workload, objects, one, pipeline_text, pod_env, render,  # noqa: F401
+                          start_healthy, tool, wait_for)
 from support.sim import FAST_ANSWERS, FAST_GPU, sim_bin, sims  # noqa: F401 (fixtures)
 
-REPO = Path(__file__).resolve().parents[2]
-K8S = REPO / "deploy" / "kubernetes"
 ROLES = ("sidecar", "node-agent", "gateway")
-CI = os.environ.get("CI") == "true"
-AGENT = "inferwatch"          # the agent's container name in every role
+# Each role's namespace: the node agent's hostPath volumes need Pod Security `privileged`, which
+# the others' namespace must not get (test_overlays_apply_to_one_cluster_in_any_order).
+NAMESPACE = {"sidecar": "inferwatch", "node-agent": "inferwatch-node", "gateway": "inferwatch"}
 STATE_DIR = "/var/lib/inferwatch/state"
 DOWNWARD_ENV = ("K8S_POD_NAME", "K8S_NAMESPACE_NAME", "K8S_NODE_NAME", "K8S_POD_UID", "K8S_CONTAINER_NAME")
-# What the kubelet would put in the Downward API fields of a pod of the sidecar Deployment.
-POD = {"metadata.name": "vllm-5d8f7c9b6-x2k9q", "spec.nodeName": "gpu-node-7",
-       "metadata.uid": "3f1c2b9e-8d4a-4e4b-9a57-0c2d1e6f7a88"}
 EXPECTED_KINDS = {
     "sidecar": {"Namespace", "ConfigMap", "Deployment", "Service", "PodMonitor", "PrometheusRule", "NetworkPolicy"},
     "node-agent": {"Namespace", "ConfigMap", "DaemonSet", "Service", "PodMonitor", "PrometheusRule", "NetworkPolicy",
                    "ServiceAccount", "ClusterRole", "ClusterRoleBinding"},
     "gateway": {"Namespace", "ConfigMap", "Deployment", "Service", "ServiceMonitor", "PrometheusRule", "NetworkPolicy",
-                "PodDisruptionBudget"},
+                "PodDisruptionBudget", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"},
 }
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 # Golden-signal families (llm_signals; docs/llm-signals.md) the sidecar's exporter must carry the
 # pod identity on: from the spans (TTFT, e2e), the request rate, and from the scrape (KV cache).
 GOLDEN = ("llm_ttft_p95", "llm_e2e_p95", "llm_request_rate", "llm_kv_cache_usage", "llm_requests_running")
-
-
-def tool(name: str, *candidates: Path | str | None) -> str:
-    """The path of a tool: the first existing candidate, else PATH; skip (fail under CI=true) without it."""
-    for c in candidates:
-        if c and Path(c).is_file() and os.access(c, os.X_OK):
-            return str(c)
-    found = shutil.which(name)
-    if found:
-        return found
-    msg = f"{name} is not installed (see docs/kubernetes.md, 'Checking the manifests')"
-    if CI:
-        pytest.fail(msg + "; CI=true requires it", pytrace=False)
-    pytest.skip(msg)
-
-
-def kubectl() -> str:
-    return tool("kubectl")
 
 
 def checkov() -> str:
@@ -85,14 +68,6 @@ def promtool() -> str:
     return tool("promtool")
 
 
-def render(role: str) -> tuple[str, list[dict]]:
-    r = subprocess.run([kubectl(), "kustomize", str(K8S / "overlays" / role)], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 0, f"kubectl kustomize overlays/{role}:\n{r.stderr}"
-    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
-    return r.stdout, docs
-
-
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, tuple[str, list[dict]]]:
     return {role: render(role) for role in ROLES}
@@ -101,61 +76,12 @@ def rendered() -> dict[str, tuple[str, list[dict]]]:
 # --- reading the rendered objects ------------------------------------------------------------
 
 
-def objects(docs: list[dict], kind: str) -> list[dict]:
-    return [d for d in docs if d["kind"] == kind]
-
-
-def one(docs: list[dict], kind: str, name: str) -> dict:
-    found = [d for d in objects(docs, kind) if d["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name}: {len(found)} found among {[d['metadata']['name'] for d in objects(docs, kind)]}"
-    return found[0]
-
-
-def agent_workload(docs: list[dict]) -> tuple[dict, dict, dict]:
-    """(workload, pod spec, agent container) of the workload that runs the agent."""
-    found = []
-    for d in docs:
-        if d["kind"] in ("Deployment", "DaemonSet", "StatefulSet"):
-            spec = d["spec"]["template"]["spec"]
-            found += [(d, spec, c) for c in spec["containers"] if c["name"] == AGENT]
-    assert len(found) == 1, f"{len(found)} workloads with a container named {AGENT}"
-    return found[0]
-
-
 def mib(quantity: str) -> float:
     units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
     for u, f in units.items():
         if quantity.endswith(u):
             return float(quantity[: -len(u)]) * f
     return float(quantity) / (1 << 20)
-
-
-def pod_env(docs: list[dict], workload: dict, container: dict) -> dict[str, str]:
-    """The environment the kubelet gives `container`: envFrom ConfigMaps, then env (Downward API
-    fields from POD, the namespace from the object)."""
-    env: dict[str, str] = {}
-    for src in container.get("envFrom", []):
-        ref = src["configMapRef"]["name"]
-        env.update({k: str(v) for k, v in one(docs, "ConfigMap", ref).get("data", {}).items()})
-    fields = dict(POD, **{"metadata.namespace": workload["metadata"]["namespace"]})
-    for e in container.get("env", []):
-        if "value" in e:
-            env[e["name"]] = str(e["value"])
-        else:
-            path = e["valueFrom"]["fieldRef"]["fieldPath"]
-            assert path in fields, f"env {e['name']}: Downward API field {path} not emulated here"
-            env[e["name"]] = fields[path]
-    return env
-
-
-def pipeline_text(docs: list[dict], spec: dict, container: dict) -> str:
-    """The pipeline config the container runs: the ConfigMap mounted where --config points."""
-    args = container.get("args", [])
-    assert "--config" in args, args
-    path = Path(args[args.index("--config") + 1])
-    mount = next(m for m in container["volumeMounts"] if Path(m["mountPath"]) == path.parent)
-    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
-    return one(docs, "ConfigMap", volume["configMap"]["name"])["data"][path.name]
 
 
 # --- rendering and the shape of the pods ----------------------------------------------------
@@ -168,7 +94,7 @@ def test_overlay_renders_every_object_in_the_namespace(rendered, role):
     assert kinds == EXPECTED_KINDS[role], f"missing {EXPECTED_KINDS[role] - kinds}, unexpected {kinds - EXPECTED_KINDS[role]}"
     for d in docs:
         if d["kind"] not in CLUSTER_SCOPED:
-            assert d["metadata"].get("namespace") == "inferwatch", f"{d['kind']}/{d['metadata']['name']}"
+            assert d["metadata"].get("namespace") == NAMESPACE[role], f"{d['kind']}/{d['metadata']['name']}"
     # The settings reach the agent by envFrom (the reference follows the generated name).
     _, _, c = agent_workload(docs)
     refs = [s["configMapRef"]["name"] for s in c.get("envFrom", [])]
@@ -245,6 +171,17 @@ def test_agent_pod_is_hardened_probed_and_sized(rendered, role):
         svc = one(docs, "Service", "inferwatch-gateway")
         assert svc["spec"]["clusterIP"] == "None"
         assert workload["spec"]["replicas"] >= 2
+        # k8s_attributes: read-only pods and namespaces, bound to the gateway's service account.
+        assert spec["serviceAccountName"] == "inferwatch-gateway" and spec["automountServiceAccountToken"] is True
+        role_rules = one(docs, "ClusterRole", "inferwatch-gateway")["rules"]
+        assert role_rules == [{"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": ["get", "list", "watch"]}]
+        binding = one(docs, "ClusterRoleBinding", "inferwatch-gateway")
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "inferwatch-gateway", "namespace": "inferwatch"}]
+        pipeline = yaml.safe_load(pipeline_text(docs, spec, c))
+        rules = pipeline["processors"]["k8s_attributes"]["pod_association"]
+        assert [r["sources"] for r in rules] == [[{"from": "resource_attribute", "name": "k8s.pod.uid"}],
+                                                 [{"from": "connection"}]], rules
+        assert all("k8s_attributes" in p["processors"] for p in pipeline["service"]["pipelines"].values())
 
     # Every monitor scrapes named ports the selected pods have, with the rules' job names.
     monitors = objects(docs, "PodMonitor") + objects(docs, "ServiceMonitor")
@@ -264,6 +201,76 @@ def test_agent_pod_is_hardened_probed_and_sized(rendered, role):
             assert ep["port"] in have, (m["metadata"]["name"], ep["port"], have)
             jobs |= {r["replacement"] for r in ep.get("relabelings", []) if r.get("targetLabel") == "job"}
         assert jobs == {"inferwatch-signals", "inferwatch-self"}, jobs
+
+
+# --- the overlays on one cluster --------------------------------------------------------------
+
+
+PSA = "pod-security.kubernetes.io/"
+
+
+def object_key(d: dict) -> tuple[str, str | None, str]:
+    """What `kubectl apply` identifies an object by: kind, namespace (None: cluster-scoped), name."""
+    return d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]
+
+
+def test_overlays_apply_to_one_cluster_in_any_order(rendered):
+    # (a) An object two overlays render must be the same in both: else the last `kubectl apply`
+    # wins and changes what the other overlay deployed (its namespace's Pod Security level, a
+    # binding's subjects, a shared ConfigMap, ...), so the outcome depends on the order.
+    seen: dict[tuple, tuple[str, dict]] = {}
+    conflicts = []
+    for role in ROLES:
+        for d in rendered[role][1]:
+            k = object_key(d)
+            if k in seen and seen[k][1] != d:
+                conflicts.append(f"{'/'.join(x or '-' for x in k)}: {seen[k][0]} and {role} render it differently")
+            seen.setdefault(k, (role, d))
+    assert not conflicts, "\n".join(conflicts)
+
+    # (b) Each agent's pods run in a namespace whose Pod Security admits them and no more, in
+    # every overlay that renders that namespace: privileged for the node agent (hostPath volumes,
+    # which baseline and restricted refuse), restricted for the others; where privileged is
+    # enforced, restricted is still audited and warned about.
+    pod_ns = {}
+    for role in ROLES:
+        workload, spec, _ = agent_workload(rendered[role][1])
+        ns = pod_ns[role] = workload["metadata"]["namespace"]
+        host_path = [v["name"] for v in spec["volumes"] if "hostPath" in v]
+        want = "privileged" if host_path else "restricted"
+        assert (role == "node-agent") == bool(host_path), (role, host_path)
+        renders = [(r, d) for r in ROLES for d in rendered[r][1] if object_key(d) == ("Namespace", None, ns)]
+        assert any(r == role for r, _ in renders), f"overlays/{role} does not create its namespace {ns}"
+        for r, d in renders:
+            labels = d["metadata"].get("labels", {})
+            assert labels.get(PSA + "enforce") == want, f"overlays/{r}: namespace {ns} ({role}'s pods): {labels}"
+            if want == "privileged":
+                assert labels.get(PSA + "audit") == labels.get(PSA + "warn") == "restricted", labels
+    assert pod_ns == NAMESPACE, pod_ns
+
+    # Every binding names a service account the same overlay creates, in its pods' namespace.
+    for role in ROLES:
+        docs = rendered[role][1]
+        accounts = {object_key(d)[1:] for d in objects(docs, "ServiceAccount")}
+        for b in objects(docs, "ClusterRoleBinding") + objects(docs, "RoleBinding"):
+            for s in b["subjects"]:
+                assert s["kind"] == "ServiceAccount" and (s["namespace"], s["name"]) in accounts, (role, b["subjects"])
+                assert s["namespace"] == pod_ns[role], (role, s)
+
+
+def test_service_dns_names_in_docs_and_manifests_exist(rendered):
+    # `<service>.<namespace>.svc` named where users copy it from (vLLM's OTLP endpoint, the
+    # agents' OTLP_ENDPOINT) must be a Service an overlay renders in that namespace.
+    services = {(d["metadata"]["name"], d["metadata"]["namespace"]) for _, docs in rendered.values()
+                for d in objects(docs, "Service")}
+    files = [REPO / "README.md", REPO / "docs" / "kubernetes.md", *sorted((REPO / "deploy" / "kubernetes").rglob("*.yaml"))]
+    named = set()
+    for f in files:
+        for name, ns in re.findall(r"\b(inferwatch-[a-z0-9-]+)\.([a-z0-9-]+)\.svc\b", f.read_text()):
+            named.add((name, ns))
+            assert (name, ns) in services, f"{f.relative_to(REPO)} names {name}.{ns}.svc, no overlay renders it"
+    assert {s for s in named if s[0] in ("inferwatch-gateway", "inferwatch-node-agent")} == \
+        {s for s in services if s[0] in ("inferwatch-gateway", "inferwatch-node-agent")}, named
 
 
 # --- checkov ------------------------------------------------------------------------------------
@@ -349,6 +356,31 @@ def test_pipeline_configmap_validates_with_the_pods_environment(rendered, role, 
     assert "configuration is valid" in r.stdout
 
 
+def test_node_agent_pipeline_validates_off_the_cluster_and_selects_no_node_then(rendered, inferwatch_bin, tmp_path):
+    # `inferwatch validate` on a laptop (no Downward API): K8S_NODE_NAME defaults to empty. The
+    # field selector must then stay `spec.nodeName=` (the API server's "not scheduled": no Running
+    # pod), not vanish or become a selector of every node's pods.
+    _, docs = rendered["node-agent"]
+    workload, spec, c = agent_workload(docs)
+    cfg = tmp_path / "node-agent.yaml"
+    cfg.write_text(pipeline_text(docs, spec, c))
+
+    def sd_selectors(env: dict[str, str]) -> list[dict]:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "INFERWATCH_STATE_DIR": str(tmp_path / "st"), **env}
+        for cmd in ("validate", "print-config"):
+            r = subprocess.run([inferwatch_bin, cmd, "--config", str(cfg)], capture_output=True, text=True,
+                               timeout=60, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
+            assert r.returncode == 0, f"{cmd} with {sorted(env)}:\n{r.stdout}{r.stderr}"
+        job = yaml.safe_load(r.stdout)["receivers"]["prometheus"]["config"]["scrape_configs"][0]
+        return [s for sd in job["kubernetes_sd_configs"] for s in sd["selectors"]]
+
+    off = sd_selectors({})
+    assert [s.get("field") for s in off] == ["spec.nodeName="], off
+    on = sd_selectors({"K8S_NODE_NAME": POD["spec.nodeName"]})
+    assert [s.get("field") for s in on] == [f"spec.nodeName={POD['spec.nodeName']}"], on
+    assert [s["label"] for s in off] == [s["label"] for s in on] == ["app.kubernetes.io/name=vllm"]
+
+
 # --- the PrometheusRule -----------------------------------------------------------------------
 
 
@@ -371,17 +403,6 @@ def test_prometheus_rule_passes_promtool_and_keeps_the_shipped_rules(rendered, t
 
 
 # --- pod on a box -----------------------------------------------------------------------------
-
-
-def wait_for(what: str, pred, timeout: float):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(0.2)  # polling interval, not synchronisation
-    raise AssertionError(f"{what} within {timeout}s (last: {last!r})")
 
 
 def test_sidecar_pod_on_a_box_puts_the_pod_identity_on_the_golden_signals(
@@ -414,16 +435,7 @@ def test_sidecar_pod_on_a_box_puts_the_pod_identity_on_the_golden_signals(
         if k.startswith(("K8S_", "INFERWATCH_", "SLO_", "LLM_SIGNALS_", "OTEL_")) and k not in env:
             env[k] = ""
     agent = agents("sidecar", pipeline_text(docs, spec, c), ports, start=False, env=env)
-    agent.start(wait=False)
-
-    def healthy():
-        assert agent.running(), f"agent exited with {agent.proc.poll()}:\n{agent.log()[-4000:]}"
-        try:
-            return requests.get(f"http://127.0.0.1:{ports.health}/", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
-
-    wait_for("health_check answers 200", healthy, 30)
+    start_healthy(agent, ports)
     bench = subprocess.Popen([sim_bin, "bench", "--endpoint", sim.url, "--model", model, "--rate", "10",
                               "--duration", "30s", "--max-tokens", "8", "--prompt-tokens", "64", "--quiet"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

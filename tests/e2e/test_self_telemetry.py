@@ -98,10 +98,26 @@ def test_periodic_reader_pushes_every_self_metric_with_the_resource(agents, grpc
     # Every family with series on the pull endpoint is pushed, under the same (otelcol's) name.
     from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
     text = requests.get(f"http://127.0.0.1:{ports.metrics}/metrics", timeout=5, headers={"Accept": OM_ACCEPT}).text
-    pulled = {f.name for f in parse_om(text) if f.samples and f.name != "target"}
+    families = [f for f in parse_om(text) if f.samples and f.name != "target"]
+    pulled = {f.name for f in families}
     assert len(pulled) > 20, pulled
     names = {m.name for _, _, m in self_sink.metrics()}
     assert pulled <= names, sorted(pulled - names)
+    # The same values: the pipeline's counters and gauges (still now that the traffic is
+    # delivered) read the same in the latest push as on the pull endpoint.
+    stable = [f for f in families if f.name.startswith(("otelcol_receiver_", "otelcol_exporter_"))]
+    want = {(f.name, tuple(sorted(s.labels.items()))): s.value for f in stable for s in f.samples}
+    assert want[("otelcol_exporter_sent_spans", (("exporter", "otlp/sink"),))] == 7, want
+
+    def latest() -> dict:
+        got = {}
+        for _, _, m in self_sink.metrics():  # in arrival order: later pushes overwrite
+            for p in otlp.data_points(m):
+                got[(m.name, tuple(sorted(otlp.attrs(p.attributes).items())))] = float(point_value(p))
+        return got
+
+    self_sink.wait_for(lambda: all(latest().get(k) == v for k, v in want.items()), timeout=20,
+                       what=f"pushed values equal to /metrics {want}")
     if protocol != "grpc":
         got = self_sink.delivered("metrics")[-1]
         assert got.metadata.get("x-tenant") == "edge", got.metadata
@@ -201,24 +217,42 @@ def test_prometheus_scrapes_the_self_metrics(agents, grpc_sink, tmp_path):
         got = prom.wait_until(lambda: p.query('otelcol_receiver_accepted_spans_total{transport="grpc"}'), 30,
                               "accepted spans in Prometheus")
         assert got[0]["value"] == 3, got
+        sent = prom.wait_until(lambda: p.query('otelcol_exporter_sent_spans_total{exporter="otlp/sink"}'), 30,
+                               "sent spans in Prometheus")
+        assert sent[0]["value"] == 3, sent
+        cap = p.query('otelcol_exporter_queue_capacity{exporter="otlp/sink",data_type="traces"}')
+        assert [c["value"] for c in cap] == [1000], cap
         info = prom.wait_until(lambda: p.query('target_info{service_name="edge-7"}'), 30, "target_info")
         assert info[0]["metric"]["k8s_pod_name"] == "pod-a", info
+        assert "service_version" not in info[0]["metric"], info
+        # Prometheus negotiated OpenMetrics: its metadata has the OpenMetrics family name of a
+        # counter (no _total; text 0.0.4 would give otelcol_receiver_accepted_spans_total) and
+        # units, which only OpenMetrics carries.
+        meta = prom.wait_until(lambda: p._get("/api/v1/metadata", {"metric": "otelcol_process_cpu_seconds"}), 30,
+                               "metadata of otelcol_process_cpu_seconds")
+        assert meta["otelcol_process_cpu_seconds"][0]["type"] == "counter", meta
+        assert meta["otelcol_process_cpu_seconds"][0]["unit"] == "seconds", meta
+        spans = p._get("/api/v1/metadata", {"metric": "otelcol_receiver_accepted_spans"})
+        assert spans["otelcol_receiver_accepted_spans"][0]["help"] == \
+            "Items successfully pushed into the pipeline (spans)", spans
+        assert not p._get("/api/v1/metadata", {"metric": "otelcol_receiver_accepted_spans_total"}), \
+            "text 0.0.4 was scraped, not OpenMetrics"
+        up = p.query('up{job="inferwatch-self"}')
+        assert [u["value"] for u in up] == [1], up
     finally:
         p.stop()
 
 
-def test_json_logs_with_the_configured_level(tmp_path, grpc_sink):
-    """logs.encoding: json writes one JSON object per line; logs.level (no --log-level) still filters."""
+def run_until_healthy(cfg: dict, ports: Ports, tmp_path, sink, name: str) -> tuple[str, str]:
+    """Runs the agent on `cfg` until its health check answers, sends 2 spans, stops it with
+    SIGTERM (exit 0); returns its stdout and stderr."""
     from support import yamlgen
 
-    sink = grpc_sink()
-    cfg, ports = config(sink.endpoint, {"logs": {"encoding": "json", "level": "warn",
-                                                 "disable_stacktrace": False}})
-    path = tmp_path / "json.yaml"
+    path = tmp_path / f"{name}.yaml"
     path.write_text(yamlgen.dump(cfg))
-    log = tmp_path / "json.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([binary(), "run", "--config", str(path)], stdout=out, stderr=subprocess.STDOUT,
+    out_path, err_path = tmp_path / f"{name}.stdout", tmp_path / f"{name}.stderr"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen([binary(), "run", "--config", str(path)], stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 20
@@ -233,9 +267,61 @@ def test_json_logs_with_the_configured_level(tmp_path, grpc_sink):
             sink.wait_items("traces", 2)
         finally:
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=20) == 0, log.read_text()
-    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+            code = proc.wait(timeout=20)
+    assert code == 0, err_path.read_text()
+    return out_path.read_text(), err_path.read_text()
+
+
+def test_json_logs_every_line_to_every_output_with_the_initial_fields(tmp_path, grpc_sink):
+    """logs.encoding: json: every stderr line is one JSON object with timestamp, level and message
+    at the top level and the initial_fields; a file in output_paths gets the same lines."""
+    sink = grpc_sink()
+    logfile = tmp_path / "logs" / "agent.log"
+    logfile.parent.mkdir()
+    cfg, ports = config(sink.endpoint, {"logs": {
+        "encoding": "json", "level": "info", "disable_stacktrace": False,
+        "output_paths": ["stderr", str(logfile)], "initial_fields": {"cluster": "eu-1", "shard": 3},
+    }})
+    out, err = run_until_healthy(cfg, ports, tmp_path, sink, "json")
+    assert out == "", out
+    lines = [json.loads(line) for line in err.splitlines()]  # raises on any line that is not JSON
+    assert len(lines) >= 3, err
+    for line in lines:
+        assert isinstance(line, dict), line
+        assert {"timestamp", "level", "message"} <= line.keys(), line
+        assert line["level"] in {"ERROR", "WARN", "INFO"}, line
+        assert (line["cluster"], line["shard"]) == ("eu-1", 3), line
+        assert "fields" not in line and "target" not in line, line
+    assert any(line["level"] == "INFO" for line in lines), lines
+    [warn] = [line for line in lines if "disable_stacktrace" in line["message"]]
+    assert warn["level"] == "WARN", warn
+    # The file holds the same lines as stderr.
+    assert logfile.read_text() == err
+
+
+def test_log_level_and_stdout_output(tmp_path, grpc_sink):
+    """logs.level: warn filters (no --log-level); output_paths: [stdout] leaves stderr empty;
+    a console line carries the initial_fields at its end."""
+    sink = grpc_sink()
+    cfg, ports = config(sink.endpoint, {"logs": {"level": "warn", "disable_stacktrace": False,
+                                                 "output_paths": ["stdout"], "initial_fields": {"cluster": "eu-1"}}})
+    out, err = run_until_healthy(cfg, ports, tmp_path, sink, "console")
+    assert err == "", err
+    lines = out.splitlines()
     assert lines, "no log lines"
-    assert {line["level"] for line in lines} <= {"WARN", "ERROR"}, lines
-    warn = [line for line in lines if "disable_stacktrace" in line["fields"]["message"]]
-    assert warn and warn[0]["level"] == "WARN" and "timestamp" in warn[0], lines
+    assert all(" INFO " not in line for line in lines), out
+    [warn] = [line for line in lines if "disable_stacktrace" in line]
+    assert " WARN " in warn and warn.endswith(' cluster="eu-1"'), warn
+
+
+def test_a_log_file_that_cannot_be_opened_stops_the_start(tmp_path, grpc_sink):
+    from support import yamlgen
+
+    sink = grpc_sink()
+    bad = tmp_path / "missing-dir" / "agent.log"
+    cfg, _ = config(sink.endpoint, {"logs": {"output_paths": [str(bad)]}})
+    path = tmp_path / "bad.yaml"
+    path.write_text(yamlgen.dump(cfg))
+    r = subprocess.run([binary(), "run", "--config", str(path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert f"service.telemetry.logs.output_paths: cannot open {bad}" in r.stderr, r.stderr

@@ -4,7 +4,7 @@
 use super::envsubst::{Env, substitute};
 use super::yaml::{self, Key, Node, NodeKind};
 use super::{
-    ComponentConfig, Config, ConfigError, Location, LogEncoding, MetricsLevel, OtlpProtocol, OtlpPushConfig,
+    ComponentConfig, Config, ConfigError, Location, LogEncoding, LogOutput, MetricsLevel, OtlpProtocol, OtlpPushConfig,
     PeriodicReaderConfig, PipelineConfig, PipelineId, ServiceConfig, TelemetryConfig, Temporality,
 };
 use crate::component::{ComponentId, PathSeg};
@@ -511,26 +511,32 @@ impl Build {
                         );
                     }
                 }
-                "output_paths" | "error_output_paths" => {
+                "output_paths" => {
+                    if let Some(outputs) = self.log_outputs(lv, &lkey) {
+                        t.logs_outputs = outputs;
+                    }
+                }
+                "error_output_paths" => {
                     let ok = match lv.to_json() {
                         serde_json::Value::Array(a) => a.iter().all(|p| p == "stderr"),
                         serde_json::Value::Null => true,
                         _ => false,
                     };
                     if !ok {
-                        self.unsupported(&lv.location, &lkey, "log destinations other than [stderr]");
+                        self.unsupported(
+                            &lv.location,
+                            &lkey,
+                            "error_output_paths other than [stderr] (zap's own errors; the agent has none apart from its log lines)",
+                        );
                     }
                 }
-                "initial_fields" => {
-                    let empty = match &lv.kind {
-                        NodeKind::Map(e) => e.is_empty(),
-                        NodeKind::Null => true,
-                        _ => false,
-                    };
-                    if !empty {
-                        self.unsupported(&lk.location, &lkey, "initial_fields (fields added to every log line)");
+                "initial_fields" => match &lv.kind {
+                    NodeKind::Map(entries) => {
+                        t.logs_initial_fields = entries.iter().map(|(k, v)| (k.text.clone(), v.to_json())).collect()
                     }
-                }
+                    NodeKind::Null => {}
+                    _ => self.err(&lv.location, lkey, "expected a map of field names to values"),
+                },
                 "processors" => {
                     let empty =
                         matches!(&lv.kind, NodeKind::Null) || matches!(&lv.kind, NodeKind::Seq(i) if i.is_empty());
@@ -560,6 +566,50 @@ impl Build {
                 ),
             }
         }
+    }
+
+    /// `logs.output_paths`: `stderr`, `stdout` or file paths (`file://` URLs too), as zap reads
+    /// them; at least one. Other URL schemes are refused by name.
+    fn log_outputs(&mut self, node: &Node, key: &str) -> Option<Vec<LogOutput>> {
+        let NodeKind::Seq(items) = &node.kind else {
+            if node.kind != NodeKind::Null {
+                self.err(&node.location, key, "expected a list of destinations (stderr, stdout or file paths)");
+            }
+            return None;
+        };
+        if items.is_empty() {
+            self.err(&node.location, key, "name at least one destination (stderr, stdout or a file path)");
+            return None;
+        }
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let ikey = format!("{key}[{i}]");
+            let Some(path) = self.scalar(item, &ikey) else { continue };
+            let dest = match path {
+                "stderr" => LogOutput::Stderr,
+                "stdout" => LogOutput::Stdout,
+                "" => {
+                    self.err(&item.location, ikey, "empty destination");
+                    continue;
+                }
+                p => match p.split_once("://") {
+                    Some(("file", rest)) if !rest.is_empty() => LogOutput::File(PathBuf::from(rest)),
+                    Some((scheme, _)) => {
+                        self.unsupported(
+                            &item.location,
+                            &ikey,
+                            &format!("log destination {p:?} (scheme {scheme}://; use stderr, stdout or a file path)"),
+                        );
+                        continue;
+                    }
+                    None => LogOutput::File(PathBuf::from(p)),
+                },
+            };
+            if !out.contains(&dest) {
+                out.push(dest);
+            }
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     /// The address of the first `pull.exporter.prometheus` reader; `periodic` readers go to
@@ -1018,6 +1068,57 @@ service:
         assert_eq!(d.service.telemetry.periodic_readers[0].exporter.endpoint, "http://localhost:4318");
         // The pull default stays when only periodic readers are given.
         assert_eq!(d.service.telemetry.metrics_address.as_deref(), Some("127.0.0.1:8888"));
+    }
+
+    #[test]
+    fn log_outputs_and_initial_fields() {
+        let base = "receivers: {otlp: }\nexporters: {debug: }\nservice:\n  pipelines: {traces: {receivers: [otlp], exporters: [debug]}}\n  telemetry:\n    logs:\n";
+        let load = |logs: &str| load_str("t.yaml", &format!("{base}{logs}"), &no_env);
+        let c = load(
+            "      output_paths: [stdout, /var/log/iw.log, 'file:///tmp/a.log', stderr, stdout]\n      initial_fields: {service: edge, shard: 3, canary: true}\n",
+        )
+        .unwrap();
+        let t = &c.service.telemetry;
+        assert_eq!(
+            t.logs_outputs,
+            [
+                LogOutput::Stdout,
+                LogOutput::File("/var/log/iw.log".into()),
+                LogOutput::File("/tmp/a.log".into()),
+                LogOutput::Stderr,
+            ]
+        );
+        let fields: Vec<(&str, serde_json::Value)> =
+            t.logs_initial_fields.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        assert_eq!(
+            fields,
+            [
+                ("service", serde_json::json!("edge")),
+                ("shard", serde_json::json!(3)),
+                ("canary", serde_json::json!(true))
+            ]
+        );
+        assert_eq!(TelemetryConfig::default().logs_outputs, [LogOutput::Stderr]);
+        let errors = |logs: &str| {
+            load(logs).unwrap_err().into_iter().map(|e| format!("{}: {}", e.key, e.message)).collect::<Vec<_>>()
+        };
+        let k = "service.telemetry.logs";
+        for (logs, want) in [
+            ("      output_paths: []\n", format!("{k}.output_paths: name at least one destination")),
+            ("      output_paths: stderr\n", format!("{k}.output_paths: expected a list of destinations")),
+            (
+                "      output_paths: ['http://x/y']\n",
+                format!("{k}.output_paths[0]: not supported by inferwatch: log destination \"http://x/y\""),
+            ),
+            ("      initial_fields: [a]\n", format!("{k}.initial_fields: expected a map")),
+            (
+                "      error_output_paths: [/tmp/e.log]\n",
+                format!("{k}.error_output_paths: not supported by inferwatch"),
+            ),
+        ] {
+            let got = errors(logs);
+            assert!(got.len() == 1 && got[0].starts_with(&want), "{logs}: {got:?}");
+        }
     }
 
     #[test]

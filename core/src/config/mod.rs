@@ -147,6 +147,10 @@ pub struct TelemetryConfig {
     pub logs_level: Option<String>,
     /// `service.telemetry.logs.encoding`.
     pub logs_encoding: LogEncoding,
+    /// `service.telemetry.logs.output_paths`: where log lines go (default `[stderr]`).
+    pub logs_outputs: Vec<LogOutput>,
+    /// `service.telemetry.logs.initial_fields`: fields added to every log line, in file order.
+    pub logs_initial_fields: Vec<(String, serde_json::Value)>,
     /// `service.telemetry.metrics.readers[].periodic`: OTLP push of the agent's own metrics.
     pub periodic_readers: Vec<PeriodicReaderConfig>,
     /// `service.telemetry.metrics.level` (default `normal`; `none` turns the endpoint off).
@@ -163,6 +167,8 @@ impl Default for TelemetryConfig {
             metrics_tls: None,
             logs_level: None,
             logs_encoding: LogEncoding::Console,
+            logs_outputs: vec![LogOutput::Stderr],
+            logs_initial_fields: Vec::new(),
             periodic_readers: Vec::new(),
             metrics_level: MetricsLevel::Normal,
             resource: Vec::new(),
@@ -178,6 +184,17 @@ pub enum LogEncoding {
     Console,
     /// One JSON object per line.
     Json,
+}
+
+/// One of `service.telemetry.logs.output_paths`, as zap reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogOutput {
+    /// `stderr`.
+    Stderr,
+    /// `stdout`.
+    Stdout,
+    /// A file path (or `file://` URL), opened for appending and created when missing.
+    File(std::path::PathBuf),
 }
 
 /// One `readers[].periodic` entry: collect every `interval`, push with `exporter`.

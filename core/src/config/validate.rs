@@ -20,7 +20,7 @@ pub fn validate(c: &Config, r: &Registry) -> Vec<ConfigError> {
     v.errors
 }
 
-/// Valid settings of processors, exporters and connectors that cannot do what they seem to (the
+/// Valid settings of receivers, processors, exporters and connectors that cannot do what they seem to (the
 /// factories' `warnings`), each located at the offending key; they never make a config invalid.
 pub fn warnings(c: &Config, r: &Registry) -> Vec<ConfigError> {
     let mut out = c.load_warnings.clone();
@@ -47,6 +47,11 @@ pub fn warnings(c: &Config, r: &Registry) -> Vec<ConfigError> {
             out.push(ConfigError { location: Some(comp.locate(&e.path)), key, message: e.message });
         }
     };
+    for comp in c.receivers.values() {
+        if let Some(f) = r.receiver(&comp.id.type_name) {
+            add(ComponentKind::Receiver, comp, f.warnings(&comp.settings));
+        }
+    }
     for comp in c.processors.values() {
         if let Some(f) = r.processor(&comp.id.type_name) {
             add(ComponentKind::Processor, comp, f.warnings(&comp.settings));

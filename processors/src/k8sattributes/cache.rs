@@ -432,9 +432,20 @@ impl Cache {
         let mut g = self.inner.write();
         Self::sweep_locked(&mut g, now, self.delete_grace);
         if !g.pods.contains_key(&pod.uid) && g.pods.len() >= self.max_pods {
-            drop(g);
-            self.not_cached.inc();
-            return;
+            // A live pod takes the room of the longest-deleted one still in its grace period.
+            let mut room = false;
+            while let Some((_, uid)) = g.deleted.pop_front() {
+                if g.deleted_set.remove(&uid) {
+                    Self::remove_locked(&mut g, &uid);
+                    room = true;
+                    break;
+                }
+            }
+            if !room {
+                drop(g);
+                self.not_cached.inc();
+                return;
+            }
         }
         if g.deleted_set.remove(&pod.uid) {
             let uid = pod.uid.clone();
@@ -510,10 +521,14 @@ impl Cache {
             if !g.deleted_set.remove(&uid) {
                 continue;
             }
-            if let Some(pod) = g.pods.remove(&uid) {
-                for idx in g.index.iter_mut() {
-                    idx.retain(|_, u| *u != pod.uid);
-                }
+            Self::remove_locked(g, &uid);
+        }
+    }
+
+    fn remove_locked(g: &mut Inner, uid: &str) {
+        if g.pods.remove(uid).is_some() {
+            for idx in g.index.iter_mut() {
+                idx.retain(|_, u| u != uid);
             }
         }
     }
@@ -631,15 +646,14 @@ impl WatchSink for PodFeed {
         true
     }
     fn failed(&self, failure: Failure) {
-        if failure == Failure::ObjectsCut {
-            // The list had more pods than fit: at least one was not cached.
-            self.0.not_cached.inc();
-        }
         (self.0.watch_failures)(failure)
     }
+    fn objects_cut(&self, n: usize) {
+        // The list had more pods than max_pods: those were not cached.
+        self.0.not_cached.inc_by(n as u64);
+    }
     fn max_objects(&self) -> usize {
-        // The cache counts what does not fit; the list may carry a little more.
-        self.0.max_pods.saturating_add(1)
+        self.0.max_pods
     }
 }
 

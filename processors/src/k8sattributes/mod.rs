@@ -7,7 +7,10 @@
 //!   `filter.node` / `node_from_env_var` / `namespace` / `labels` / `fields` on the server side,
 //!   at most `max_pods` of them (more are counted in
 //!   `inferwatch_k8sattributes_pods_not_cached_total`); a deleted pod stays associable for two
-//!   minutes, as in otelcol. The pipelines of one processor id share one cache.
+//!   minutes, as in otelcol (unless a live pod needs its room under `max_pods`). A watch that
+//!   ends resumes from the last `resourceVersion` (bookmarks included); `410 Gone` lists again,
+//!   and pods missing from the new list are deleted (with the grace period). The pipelines of
+//!   one processor id share one cache.
 //! - `pod_association`: rules in order; the first whose sources all have a value decides
 //!   (`connection`: the client's peer IP, which the OTLP receivers keep for the pipeline call
 //!   whatever `include_metadata` says; `resource_attribute`: `k8s.pod.ip`, `k8s.pod.uid`,
@@ -271,7 +274,7 @@ impl K8sAttributes {
             }
             let lookup = |k: &str| attrs.iter().find(|a| a.key == k).and_then(str_value);
             let rules = cache.rules();
-            let by_conn = |i: usize| rules.checked().associations[i].first() == Some(&config::Source::Connection);
+            let by_conn = |i: usize| rules.checked().associations[i].contains(&config::Source::Connection);
             let (add, from_conn): (Vec<KeyValue>, bool) = match cache.associate(&lookup, conn) {
                 Association::Found(found, i) => {
                     let mut out: Vec<KeyValue> = Vec::new();

@@ -6,6 +6,7 @@ use super::cache::{Association, Cache, Rules, cronjob_of_job, deployment_of_repl
 use super::config::K8sAttributesConfig;
 use super::*;
 use inferwatch_core::component::parse_config;
+use inferwatch_core::kube::EventType;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
@@ -141,7 +142,7 @@ fn association_rules_in_order_first_with_values_decides() {
 }
 
 #[test]
-fn the_cap_counts_what_is_not_cached_and_deleted_pods_leave_after_the_grace() {
+fn the_cap_counts_what_is_not_cached_and_a_live_pod_takes_a_deleted_ones_room() {
     let grace = Duration::from_secs(120);
     let (c, not_cached) = cache(json!({"max_pods": 2}), grace);
     let t0 = Instant::now();
@@ -153,19 +154,126 @@ fn the_cap_counts_what_is_not_cached_and_deleted_pods_leave_after_the_grace() {
     // An update of a cached pod is not refused.
     c.upsert(&pod("b", "ub", "10.0.0.2", "2025-01-01T00:00:00Z"), t0);
     assert_eq!(not_cached.get(), 1);
-
+    // A deleted pod in its grace period gives its room to a live one.
     c.delete(&pod("a", "ua", "10.0.0.1", "2025-01-01T00:00:00Z"), t0);
-    // Within the grace period the deleted pod is still found, and still takes room.
-    c.sweep(t0 + grace - Duration::from_secs(1));
     assert_eq!(found_name(c.associate(&attrs(&[]), Some("10.0.0.1"))).as_deref(), Some("a"));
     c.upsert(&pod("c", "uc", "10.0.0.3", "2025-01-01T00:00:00Z"), t0 + Duration::from_secs(1));
-    assert_eq!(not_cached.get(), 2);
-    // After it, the pod is gone and a new one fits.
-    c.sweep(t0 + grace);
-    assert!(found_name(c.associate(&attrs(&[]), Some("10.0.0.1"))).is_none());
-    c.upsert(&pod("c", "uc", "10.0.0.3", "2025-01-01T00:00:00Z"), t0 + grace);
-    assert_eq!((c.len(), not_cached.get()), (2, 2));
+    assert_eq!((c.len(), not_cached.get()), (2, 1));
     assert_eq!(found_name(c.associate(&attrs(&[]), Some("10.0.0.3"))).as_deref(), Some("c"));
+    assert!(found_name(c.associate(&attrs(&[]), Some("10.0.0.1"))).is_none(), "evicted for c");
+    // No deleted pod left to evict: refused and counted again.
+    c.upsert(&pod("d", "ud", "10.0.0.4", "2025-01-01T00:00:00Z"), t0 + Duration::from_secs(2));
+    assert_eq!((c.len(), not_cached.get()), (2, 2));
+}
+
+#[test]
+fn a_deleted_pod_stays_associable_for_the_grace_period_only() {
+    let grace = Duration::from_secs(120);
+    let (c, _) = cache(json!({}), grace);
+    let t0 = Instant::now();
+    let a = pod("a", "ua", "10.0.0.1", "2025-01-01T00:00:00Z");
+    let b = pod("b", "ub", "10.0.0.2", "2025-01-01T00:00:00Z");
+    c.upsert(&a, t0);
+    c.upsert(&b, t0);
+    c.delete(&a, t0);
+    c.delete(&b, t0 + Duration::from_secs(60));
+    c.sweep(t0 + grace - Duration::from_millis(1));
+    assert_eq!(found_name(c.associate(&attrs(&[]), Some("10.0.0.1"))).as_deref(), Some("a"), "in its grace period");
+    c.sweep(t0 + grace);
+    assert!(found_name(c.associate(&attrs(&[]), Some("10.0.0.1"))).is_none(), "after it");
+    assert_eq!(found_name(c.associate(&attrs(&[]), Some("10.0.0.2"))).as_deref(), Some("b"), "its own grace");
+    // Added again (a pod recreated under the same uid, or a relist): no longer deleted.
+    c.upsert(&b, t0 + Duration::from_secs(90));
+    c.sweep(t0 + grace * 3);
+    assert_eq!(found_name(c.associate(&attrs(&[]), Some("10.0.0.2"))).as_deref(), Some("b"));
+    assert_eq!(c.len(), 1);
+    // Deleting an unknown pod changes nothing.
+    c.delete(&pod("x", "ux", "10.0.0.9", "2025-01-01T00:00:00Z"), t0);
+    assert_eq!(c.len(), 1);
+}
+
+#[test]
+fn the_first_rule_with_values_wins_even_when_a_later_one_names_another_pod() {
+    let (c, _) = cache(
+        json!({"pod_association": [
+            {"sources": [{"from": "resource_attribute", "name": "k8s.pod.ip"}]},
+            {"sources": [{"from": "resource_attribute", "name": "k8s.pod.uid"}]}
+        ]}),
+        cache::DELETE_GRACE,
+    );
+    c.replace(
+        &[pod("a", "ua", "10.0.0.1", "2025-01-01T00:00:00Z"), pod("b", "ub", "10.0.0.2", "2025-01-01T00:00:00Z")],
+        Instant::now(),
+    );
+    let both = attrs(&[("k8s.pod.ip", "10.0.0.1"), ("k8s.pod.uid", "ub")]);
+    assert!(matches!(c.associate(&both, Some("10.0.0.2")), Association::Found(ref f, 0) if f.pod.name == "a"));
+    assert!(
+        matches!(c.associate(&attrs(&[("k8s.pod.uid", "ub")]), None), Association::Found(ref f, 1) if f.pod.name == "b")
+    );
+    // No connection rule configured: the peer is not used.
+    assert!(matches!(c.associate(&attrs(&[]), Some("10.0.0.1")), Association::NoValues));
+}
+
+#[test]
+fn namespace_rules_cluster_uid_and_anchored_key_regexes() {
+    let (c, _) = cache(
+        json!({"extract": {
+            "metadata": ["k8s.pod.name", "k8s.cluster.uid"],
+            "labels": [
+                {"tag_name": "partial", "key_regex": "tea"},
+                {"key": "tier", "from": "namespace"},
+                {"tag_name": "l.$1", "key_regex": "app\\.kubernetes\\.io/(name)"}
+            ],
+            "annotations": [
+                {"tag_name": "ns.owner", "key": "owner", "from": "namespace"},
+                {"key": "git-sha"}
+            ]
+        }}),
+        cache::DELETE_GRACE,
+    );
+    assert!(c.rules().checked().needs_namespaces());
+    let now = Instant::now();
+    c.replace(&[pod("a", "ua", "10.0.0.1", "2025-01-01T00:00:00Z")], now);
+    assert!(!c.is_synced(), "the namespaces are not listed yet");
+    c.replace_namespaces(&[
+        json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "ml", "uid": "ns-ml",
+               "labels": {"tier": "gold", "kubernetes.io/metadata.name": "ml"}, "annotations": {"owner": "alice"}}}),
+        json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "kube-system", "uid": "cluster-7"}}),
+    ]);
+    assert!(c.is_synced());
+    let none = attrs(&[]);
+    let Association::Found(f, _) = c.associate(&none, Some("10.0.0.1")) else { panic!("not found") };
+    let out = f.attributes(c.rules(), &none);
+    let get = |k: &str| out.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    assert_eq!(get("partial"), None, "key_regex matches whole keys only");
+    assert_eq!(get("l.name"), Some("vllm"));
+    assert_eq!(get("k8s.namespace.labels.tier"), Some("gold"), "otelcol's default name of a namespace label");
+    assert_eq!(get("ns.owner"), Some("alice"));
+    assert_eq!(get("k8s.pod.annotations.git-sha"), Some("abc123"));
+    assert_eq!(get("k8s.cluster.uid"), Some("cluster-7"), "kube-system's uid");
+    // A namespace MODIFIED event changes what later data gets; DELETED removes it.
+    c.namespace_event(
+        EventType::Modified,
+        &json!({"metadata": {"name": "ml", "uid": "ns-ml", "labels": {"tier": "silver"}}}),
+    );
+    let Association::Found(f, _) = c.associate(&none, Some("10.0.0.1")) else { panic!("not found") };
+    assert!(f.attributes(c.rules(), &none).contains(&("k8s.namespace.labels.tier".into(), "silver".into())));
+    c.namespace_event(EventType::Deleted, &json!({"metadata": {"name": "ml"}}));
+    let Association::Found(f, _) = c.associate(&none, Some("10.0.0.1")) else { panic!("not found") };
+    assert!(!f.attributes(c.rules(), &none).iter().any(|(k, _)| k == "k8s.namespace.labels.tier"));
+}
+
+#[test]
+fn host_network_pods_and_excluded_names_are_not_associated_by_ip() {
+    let (c, _) = cache(json!({"exclude": {"pods": [{"name": "^otel-agent"}]}}), cache::DELETE_GRACE);
+    let now = Instant::now();
+    let mut host = pod("node-exporter-x", "uh", "10.0.0.5", "2025-01-01T00:00:00Z");
+    host["spec"]["hostNetwork"] = json!(true);
+    c.upsert(&host, now);
+    c.upsert(&pod("otel-agent-abc", "uo", "10.0.0.6", "2025-01-01T00:00:00Z"), now);
+    assert!(found_name(c.associate(&attrs(&[]), Some("10.0.0.5"))).is_none(), "shares the node's IP");
+    assert!(found_name(c.associate(&attrs(&[]), Some("10.0.0.6"))).is_none(), "excluded");
+    assert_eq!(c.len(), 1);
 }
 
 #[test]
@@ -234,14 +342,8 @@ fn spans(resource: &[(&str, &str)]) -> Payload {
 
 fn resource_of(p: Payload) -> Vec<(String, String)> {
     let Payload::Traces(r) = p else { panic!("not traces") };
-    r.resource_spans[0]
-        .resource
-        .as_ref()
-        .unwrap()
-        .attributes
-        .iter()
-        .map(|kv| (kv.key.clone(), str_value(kv).unwrap()))
-        .collect()
+    let Some(res) = &r.resource_spans[0].resource else { return Vec::new() };
+    res.attributes.iter().map(|kv| (kv.key.clone(), str_value(kv).unwrap())).collect()
 }
 
 #[derive(Default)]
@@ -326,4 +428,313 @@ fn settings_errors_name_the_key() {
         "otel_annotations": true}, "passthrough": false,
         "pod_association": [{"sources": [{"from": "resource_attribute", "name": "k8s.pod.ip"}]},
                             {"sources": [{"from": "connection"}]}]}));
+}
+
+fn get<'a>(out: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    out.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn process_associates_by_pod_uid_then_pod_ip_then_the_connection() {
+    let p = processor(json!({"auth_type": "none", "api_server": "http://127.0.0.1:1", "pod_association": [
+        {"sources": [{"from": "resource_attribute", "name": "k8s.pod.uid"}]},
+        {"sources": [{"from": "resource_attribute", "name": "k8s.pod.ip"}]},
+        {"sources": [{"from": "connection"}]}
+    ]}));
+    let now = Instant::now();
+    p.shared.cache().upsert(&pod("vllm-7d9f8b6c5-aaaaa", "ua", "10.0.0.1", "2025-01-01T00:00:00Z"), now);
+    p.shared.cache().upsert(&pod("vllm-7d9f8b6c5-bbbbb", "ub", "10.0.0.2", "2025-01-01T00:00:00Z"), now);
+    // By uid, sent through a gateway (another pod's connection): the uid decides.
+    let out = resource_of(p.process(spans(&[("k8s.pod.uid", "ub")]), Some("10.0.0.1")));
+    assert_eq!(get(&out, "k8s.pod.name"), Some("vllm-7d9f8b6c5-bbbbb"));
+    assert_eq!(get(&out, "k8s.node.name"), Some("gpu-node-1"));
+    assert_eq!(get(&out, "k8s.deployment.name"), Some("vllm"));
+    assert_eq!(get(&out, "k8s.pod.ip"), None, "not associated by the connection: the peer is not the pod");
+    let out = resource_of(p.process(spans(&[("k8s.pod.ip", "10.0.0.2")]), Some("10.0.0.1")));
+    assert_eq!(get(&out, "k8s.pod.name"), Some("vllm-7d9f8b6c5-bbbbb"));
+    assert_eq!(get(&out, "k8s.pod.uid"), Some("ub"));
+    let out = resource_of(p.process(spans(&[]), Some("10.0.0.1")));
+    assert_eq!(get(&out, "k8s.pod.name"), Some("vllm-7d9f8b6c5-aaaaa"));
+    assert_eq!(get(&out, "k8s.pod.ip"), Some("10.0.0.1"));
+    // An unknown uid decides too (nothing is added), as otelcol's first association with values.
+    let out = resource_of(p.process(spans(&[("k8s.pod.uid", "gone")]), Some("10.0.0.1")));
+    assert_eq!(out, vec![("k8s.pod.uid".to_string(), "gone".to_string())]);
+}
+
+#[test]
+fn existing_attributes_are_never_replaced() {
+    let p = processor(json!({"auth_type": "none", "api_server": "http://127.0.0.1:1",
+        "extract": {"labels": [{"key": "team", "tag_name": "team"}]}}));
+    p.shared.cache().upsert(&pod("vllm-7d9f8b6c5-aaaaa", "ua", "10.0.0.1", "2025-01-01T00:00:00Z"), Instant::now());
+    let mine = [
+        ("k8s.pod.name", "set-by-sdk"),
+        ("k8s.deployment.name", "mine"),
+        ("team", "their-own"),
+        ("k8s.pod.ip", "192.168.1.1"),
+    ];
+    let out = resource_of(p.process(spans(&mine), Some("10.0.0.1")));
+    for (k, v) in mine {
+        assert_eq!(out.iter().filter(|(n, _)| n == k).count(), 1, "{k}");
+        assert_eq!(get(&out, k), Some(v), "{k}");
+    }
+    assert_eq!(get(&out, "k8s.pod.uid"), Some("ua"), "missing ones are still added");
+}
+
+#[derive(Default)]
+struct Capture(parking_lot::Mutex<Vec<Payload>>);
+
+#[async_trait]
+impl Consumer for Capture {
+    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
+        self.0.lock().push(data);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn consume_reads_the_receivers_peer_ipv4_mapped_as_ipv4() {
+    let id = ComponentId::parse("k8s_attributes").unwrap();
+    let cfg = json!({"auth_type": "none", "api_server": "http://127.0.0.1:1"});
+    let shared = Arc::new(Shared::new(&id, &Arc::new(Telemetry::new()), checked(cfg)).unwrap());
+    shared.cache().upsert(&pod("a", "ua", "10.0.0.1", "2025-01-01T00:00:00Z"), Instant::now());
+    let cap = Arc::new(Capture::default());
+    let p = K8sAttributes::new(shared, cap.clone());
+    let info = ClientInfo { addr: Some("[::ffff:10.0.0.1]:40000".parse().unwrap()), ..Default::default() };
+    ClientInfo::scope(Arc::new(info), p.consume(spans(&[]))).await.unwrap();
+    // Outside a receiver's scope there is no peer: nothing to associate by.
+    p.consume(spans(&[])).await.unwrap();
+    let got: Vec<_> = std::mem::take(&mut *cap.0.lock()).into_iter().map(resource_of).collect();
+    assert_eq!(get(&got[0], "k8s.pod.name"), Some("a"));
+    assert_eq!(get(&got[0], "k8s.pod.ip"), Some("10.0.0.1"));
+    assert!(got[1].is_empty(), "{:?}", got[1]);
+}
+
+// --- list + watch against a fixture API server -------------------------------------------------
+
+mod api {
+    //! A Kubernetes API server fixture: `GET /api/v1/pods` answers a `PodList` page (by the
+    //! `continue` token), `?watch=1` streams the next scripted watch (newline-delimited
+    //! `WatchEvent`s, fed by the test) or hangs when none is left.
+    use axum::Router;
+    use axum::body::Body;
+    use axum::extract::{Query, State};
+    use axum::http::header;
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::get;
+    use serde_json::{Value, json};
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::Arc;
+    use tokio::sync::mpsc;
+
+    type Chunk = Result<String, std::io::Error>;
+
+    #[derive(Default)]
+    pub struct Api {
+        pub port: u16,
+        /// `continue` token ("" for the first page) -> the page.
+        pub pages: parking_lot::Mutex<HashMap<String, Value>>,
+        /// Every request's query, in order.
+        pub queries: parking_lot::Mutex<Vec<HashMap<String, String>>>,
+        watches: parking_lot::Mutex<VecDeque<mpsc::Receiver<Chunk>>>,
+    }
+
+    impl Api {
+        pub fn lists(&self) -> usize {
+            self.queries.lock().iter().filter(|q| !q.contains_key("watch") && !q.contains_key("continue")).count()
+        }
+        pub fn watch_queries(&self) -> Vec<HashMap<String, String>> {
+            self.queries.lock().iter().filter(|q| q.contains_key("watch")).cloned().collect()
+        }
+        /// The sender of the next watch stream.
+        pub fn script_watch(&self) -> Watch {
+            let (tx, rx) = mpsc::channel(16);
+            self.watches.lock().push_back(rx);
+            Watch(tx)
+        }
+        pub fn set_list(&self, resource_version: &str, items: Vec<Value>) {
+            let page = json!({"kind": "PodList", "apiVersion": "v1",
+                              "metadata": {"resourceVersion": resource_version}, "items": items});
+            *self.pages.lock() = HashMap::from([(String::new(), page)]);
+        }
+    }
+
+    pub struct Watch(mpsc::Sender<Chunk>);
+
+    impl Watch {
+        pub async fn event(&self, kind: &str, object: Value) {
+            let line = json!({"type": kind, "object": object}).to_string() + "\n";
+            self.0.send(Ok(line)).await.unwrap();
+        }
+    }
+
+    async fn pods(State(a): State<Arc<Api>>, Query(q): Query<HashMap<String, String>>) -> Response {
+        a.queries.lock().push(q.clone());
+        let json_type = [(header::CONTENT_TYPE, "application/json")];
+        if q.get("watch").map(String::as_str) != Some("1") {
+            let token = q.get("continue").cloned().unwrap_or_default();
+            let page = a.pages.lock().get(&token).cloned();
+            return match page {
+                Some(p) => (json_type, p.to_string()).into_response(),
+                None => (axum::http::StatusCode::BAD_REQUEST, "unknown continue token").into_response(),
+            };
+        }
+        let next = a.watches.lock().pop_front();
+        match next {
+            Some(rx) => (json_type, Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))).into_response(),
+            None => (json_type, Body::from_stream(futures::stream::pending::<Chunk>())).into_response(),
+        }
+    }
+
+    pub async fn serve() -> Arc<Api> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = Arc::new(Api { port: listener.local_addr().unwrap().port(), ..Default::default() });
+        let app = Router::new().route("/api/v1/pods", get(pods)).with_state(a.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        a
+    }
+}
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + DEADLINE;
+    while !cond() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn with_rv(mut p: J, rv: &str) -> J {
+    p["metadata"]["resourceVersion"] = json!(rv);
+    p
+}
+
+fn watched(api: &api::Api, extra: J) -> (Arc<Shared>, K8sAttributes, Arc<Telemetry>) {
+    let mut cfg = json!({"auth_type": "none", "api_server": format!("http://127.0.0.1:{}", api.port),
+                         "wait_for_metadata": true});
+    for (k, v) in extra.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    let t = Arc::new(Telemetry::new());
+    let id = ComponentId::parse("k8s_attributes").unwrap();
+    let shared = Arc::new(Shared::new(&id, &t, checked(cfg)).unwrap());
+    (shared.clone(), K8sAttributes::new(shared, Arc::new(Null)), t)
+}
+
+#[tokio::test]
+async fn watch_events_bookmarks_and_410_gone_keep_the_cache_current() {
+    let api = api::serve().await;
+    let a = with_rv(pod("vllm-7d9f8b6c5-aaaaa", "ua", "10.0.0.1", "2025-01-01T00:00:00Z"), "90");
+    api.set_list("100", vec![a.clone()]);
+    let w1 = api.script_watch();
+    let w2 = api.script_watch();
+    let w3 = api.script_watch();
+    let (shared, p, _) = watched(&api, json!({"extract": {"labels": [{"key": "team", "tag_name": "team"}]}}));
+    // wait_for_metadata: start returns once the pods are listed.
+    p.start().await.unwrap();
+    assert!(shared.cache().is_synced());
+    let by_ip = |ip: &str| resource_of(p.process(spans(&[]), Some(ip)));
+    let team = |ip: &str| get(&by_ip(ip), "team").map(str::to_string);
+    assert_eq!(team("10.0.0.1").as_deref(), Some("inference"));
+    {
+        let q = api.queries.lock();
+        assert_eq!(q[0].get("limit").map(String::as_str), Some("500"), "{q:?}");
+        assert!(!q[0].contains_key("fieldSelector") && !q[0].contains_key("labelSelector"), "{q:?}");
+    }
+
+    // ADDED, MODIFIED (a label changes), then a BOOKMARK and the end of the stream.
+    w1.event("ADDED", with_rv(pod("vllm-7d9f8b6c5-bbbbb", "ub", "10.0.0.2", "2025-01-02T00:00:00Z"), "101")).await;
+    until("the ADDED pod", || get(&by_ip("10.0.0.2"), "k8s.pod.name") == Some("vllm-7d9f8b6c5-bbbbb")).await;
+    let mut changed = with_rv(a.clone(), "102");
+    changed["metadata"]["labels"]["team"] = json!("training");
+    w1.event("MODIFIED", changed).await;
+    until("the MODIFIED label", || team("10.0.0.1").as_deref() == Some("training")).await;
+    w1.event("BOOKMARK", json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "150"}})).await;
+    drop(w1);
+    until("the second watch", || api.watch_queries().len() >= 2).await;
+    let wq = api.watch_queries();
+    assert_eq!(wq[0].get("resourceVersion").map(String::as_str), Some("100"), "from the list's version");
+    assert_eq!(wq[0].get("allowWatchBookmarks").map(String::as_str), Some("true"));
+    assert_eq!(wq[1].get("resourceVersion").map(String::as_str), Some("150"), "resumed from the bookmark");
+    assert_eq!(api.lists(), 1, "an ended stream is resumed, not listed again");
+    assert_eq!(shared.cache().len(), 2, "a bookmark is not a pod");
+
+    // 410 Gone as an ERROR event: listed again; the pod missing from the new list is deleted.
+    let b = with_rv(pod("vllm-7d9f8b6c5-bbbbb", "ub", "10.0.0.2", "2025-01-02T00:00:00Z"), "101");
+    api.set_list("200", vec![b.clone()]);
+    let gone = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                      "message": "too old resource version: 150 (199)", "reason": "Expired", "code": 410});
+    w2.event("ERROR", gone).await;
+    until("a list after 410 Gone", || api.lists() == 2).await;
+    until("the watch from the new list", || api.watch_queries().len() >= 3).await;
+    assert_eq!(api.watch_queries()[2].get("resourceVersion").map(String::as_str), Some("200"));
+    assert_eq!(team("10.0.0.1").as_deref(), Some("training"), "deleted by the relist, still in its grace period");
+    shared.cache().sweep(Instant::now() + cache::DELETE_GRACE);
+    assert_eq!(get(&by_ip("10.0.0.1"), "k8s.pod.name"), None, "gone after the grace period");
+    assert_eq!(get(&by_ip("10.0.0.2"), "k8s.pod.name"), Some("vllm-7d9f8b6c5-bbbbb"), "still listed");
+
+    // DELETED: associable for the grace period, then gone.
+    w3.event("DELETED", with_rv(b, "201")).await;
+    w3.event("ADDED", with_rv(pod("c", "uc", "10.0.0.3", "2025-01-03T00:00:00Z"), "202")).await;
+    until("the event after DELETED", || get(&by_ip("10.0.0.3"), "k8s.pod.name") == Some("c")).await;
+    assert_eq!(get(&by_ip("10.0.0.2"), "k8s.pod.name"), Some("vllm-7d9f8b6c5-bbbbb"), "in its grace period");
+    shared.cache().sweep(Instant::now() + cache::DELETE_GRACE);
+    assert_eq!(get(&by_ip("10.0.0.2"), "k8s.pod.name"), None);
+    assert_eq!(get(&by_ip("10.0.0.3"), "k8s.pod.name"), Some("c"));
+    p.shutdown(Instant::now()).await;
+}
+
+#[tokio::test]
+async fn a_paged_list_over_max_pods_counts_every_pod_left_out() {
+    let api = api::serve().await;
+    let pods: Vec<J> = (1..=5)
+        .map(|i| pod(&format!("p{i}"), &format!("u{i}"), &format!("10.0.1.{i}"), "2025-01-01T00:00:00Z"))
+        .collect();
+    let page = |rv: &str, cont: &str, items: &[J]| {
+        json!({"kind": "PodList", "apiVersion": "v1",
+               "metadata": {"resourceVersion": rv, "continue": cont}, "items": items})
+    };
+    *api.pages.lock() = std::collections::HashMap::from([
+        (String::new(), page("", "tok-2", &pods[..3])),
+        ("tok-2".to_string(), page("300", "", &pods[3..])),
+    ]);
+    let (shared, p, t) = watched(
+        &api,
+        json!({"max_pods": 2, "filter": {"node": "gpu-node-1", "labels": [{"key": "app.kubernetes.io/name", "value": "vllm"}]}}),
+    );
+    p.start().await.unwrap();
+    assert_eq!(shared.cache().len(), 2);
+    let text = t.render();
+    assert!(text.contains(r#"inferwatch_k8sattributes_pods_not_cached_total{processor="k8s_attributes"} 3"#), "{text}");
+    assert!(
+        text.contains(
+            r#"inferwatch_k8sattributes_watch_failures_total{processor="k8s_attributes",reason="objects_cut"} 1"#
+        ),
+        "{text}"
+    );
+    until("the watch", || !api.watch_queries().is_empty()).await;
+    let q = api.queries.lock().clone();
+    assert_eq!(q[1].get("continue").map(String::as_str), Some("tok-2"), "{q:?}");
+    for x in &q {
+        assert_eq!(x.get("fieldSelector").map(String::as_str), Some("spec.nodeName=gpu-node-1"), "{x:?}");
+        assert_eq!(x.get("labelSelector").map(String::as_str), Some("app.kubernetes.io/name=vllm"), "{x:?}");
+    }
+    assert_eq!(api.watch_queries()[0].get("resourceVersion").map(String::as_str), Some("300"));
+    p.shutdown(Instant::now()).await;
+}
+
+#[tokio::test]
+async fn wait_for_metadata_fails_the_start_when_the_api_does_not_answer() {
+    // A port nothing listens on: every list fails (and is retried); the start gives up in time.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let cfg = json!({"auth_type": "none", "api_server": format!("http://127.0.0.1:{port}"),
+                     "wait_for_metadata": true, "wait_for_metadata_timeout": "300ms"});
+    let id = ComponentId::parse("k8sattributes").unwrap();
+    let shared = Arc::new(Shared::new(&id, &Arc::new(Telemetry::new()), checked(cfg)).unwrap());
+    let p = K8sAttributes::new(shared, Arc::new(Null));
+    let err = p.start().await.unwrap_err().to_string();
+    assert!(err.contains("wait_for_metadata"), "{err}");
+    p.shutdown(Instant::now()).await;
 }

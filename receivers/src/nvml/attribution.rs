@@ -15,7 +15,10 @@
 //! | a process in no pod (host daemon) | nothing | nothing | nothing |
 //!
 //! A UID tied to two different pods in one round (a process using a GPU assigned to another
-//! pod) is not named; a pod using GPUs of two containers gets no container name on its processes.
+//! pod), and a pod tied to two UIDs, are not named; a pod using GPUs of two containers gets no
+//! container name on its processes. What cannot be told apart: a process of pod B alone on a GPU
+//! assigned to pod A (B sees GPUs it did not claim, e.g. `NVIDIA_VISIBLE_DEVICES=all`) while A
+//! shows no process anywhere is named A; its `k8s.pod.uid` and `container.id` are still B's.
 //! A process that resolves to the agent's **own** pod (as `/proc/self/cgroup` says) is not
 //! attributed: the agent runs no GPU work, so that answer means `proc_root` is not the host's
 //! procfs (pids of another namespace); it is logged once and counted (`event="own_pod"`).
@@ -184,6 +187,19 @@ impl Attributor {
             }
             per_gpu.push((procs, assigned, sole_uid));
         }
+        // One pod has one UID: a pod tied to two UIDs (a process of another pod alone on a GPU
+        // assigned to this one) names neither.
+        let mut uids_of: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
+        for (uid, t) in &ties {
+            if let Tie::Pod(ns, pod, _) = t {
+                uids_of.entry((ns.as_str(), pod.as_str())).or_default().push(uid.as_str());
+            }
+        }
+        let ambiguous: Vec<String> =
+            uids_of.into_values().filter(|u| u.len() > 1).flatten().map(str::to_string).collect();
+        for uid in ambiguous {
+            ties.insert(uid, Tie::Conflict);
+        }
         // Pass 2: the identities.
         let out = per_gpu
             .into_iter()
@@ -230,5 +246,255 @@ impl Attributor {
         c.pid_reused.inc_by(now.pid_reused - self.seen.pid_reused);
         c.evicted.inc_by(now.evicted - self.seen.evicted);
         self.seen = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nvml::pod_resources::proto::{
+        ContainerDevices, ContainerResources, ListPodResourcesResponse, PodResources,
+    };
+    use crate::nvml::source::ProcessMemory;
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    const UID_A: &str = "3f1c2b9e-8d4a-4e4b-9a57-0c2d1e6f7a88";
+    const UID_B: &str = "11111111-2222-4333-8444-555555555555";
+    const CID_A: &str = "9b2f6a0c1d3e4f5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c";
+    const CID_B: &str = "aaaabbbbccccddddeeeeffff0000111122223333444455556666777788889999";
+
+    /// A fixture procfs: `<root>/<pid>/cgroup` and `stat`.
+    struct Proc(PathBuf);
+
+    impl Proc {
+        fn new(name: &str) -> Self {
+            let d = std::env::temp_dir().join(format!("inferwatch-attr-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            Proc(d)
+        }
+
+        fn pid(&self, pid: u32, cgroup: &str) -> &Self {
+            let d = self.0.join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("cgroup"), cgroup).unwrap();
+            std::fs::write(
+                d.join("stat"),
+                format!("{pid} (python3) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {pid}00 0 0"),
+            )
+            .unwrap();
+            self
+        }
+
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Proc {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A systemd-driver (cgroup v2, containerd) path of a Burstable pod's container.
+    fn systemd(uid: &str, cid: &str) -> String {
+        let u = uid.replace('-', "_");
+        format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{cid}.scope\n"
+        )
+    }
+
+    /// A cgroupfs-driver (cgroup v1) path of a BestEffort pod's container.
+    fn cgroupfs(uid: &str, cid: &str) -> String {
+        format!("11:memory:/kubepods/besteffort/pod{uid}/{cid}\n1:name=systemd:/kubepods/besteffort/pod{uid}/{cid}\n")
+    }
+
+    fn dev(i: u32) -> DeviceInfo {
+        DeviceInfo { index: i, uuid: format!("GPU-{i}"), name: "H100".into() }
+    }
+
+    fn sample(pids: &[u32]) -> GpuSample {
+        GpuSample {
+            processes: Some(pids.iter().map(|&pid| ProcessMemory { pid, used_bytes: Some(1 << 30) }).collect()),
+            ..GpuSample::default()
+        }
+    }
+
+    /// `(namespace, pod, container, device ids)` per container.
+    fn watcher(assigned: &[(&str, &str, &str, &[&str])]) -> Arc<PodResourcesWatcher> {
+        let resp = ListPodResourcesResponse {
+            pod_resources: assigned
+                .iter()
+                .map(|(ns, pod, c, ids)| PodResources {
+                    name: (*pod).into(),
+                    namespace: (*ns).into(),
+                    containers: vec![ContainerResources {
+                        name: (*c).into(),
+                        devices: vec![ContainerDevices {
+                            resource_name: "nvidia.com/gpu".into(),
+                            device_ids: ids.iter().map(|s| (*s).to_string()).collect(),
+                            topology: None,
+                        }],
+                        cpu_ids: vec![],
+                    }],
+                })
+                .collect(),
+        };
+        let w = PodResourcesWatcher::new(
+            "nvml",
+            "/nonexistent/kubelet.sock".into(),
+            Duration::from_secs(30),
+            Duration::from_secs(1),
+            vec!["nvidia.com/gpu".into()],
+            Arc::new(Telemetry::new()),
+        );
+        w.publish(Assignments::from_list(&resp, &["nvidia.com/gpu".to_string()]));
+        Arc::new(w)
+    }
+
+    fn attributor(proc: Option<&Proc>, pods: Option<Arc<PodResourcesWatcher>>) -> Attributor {
+        let cache = proc.map(|p| PidCache::new(p.path(), 64, Duration::from_secs(60)));
+        Attributor::new(cache, pods, None).with_own_pod_uid(None)
+    }
+
+    fn run(a: &mut Attributor, gpus: &[&[u32]]) -> Vec<Attribution> {
+        let devs: Vec<DeviceInfo> = (0..gpus.len() as u32).map(dev).collect();
+        let samples: Vec<GpuSample> = gpus.iter().map(|p| sample(p)).collect();
+        let round: Vec<_> = devs.iter().zip(&samples).map(|(d, s)| (d, Some(s))).collect();
+        a.attribute(&round)
+    }
+
+    fn named(ns: &str, pod: &str, c: Option<&str>, uid: Option<&str>, cid: Option<&str>) -> PodIdentity {
+        PodIdentity {
+            namespace: Some(ns.into()),
+            pod: Some(pod.into()),
+            container: c.map(str::to_string),
+            pod_uid: uid.map(str::to_string),
+            container_id: cid.map(str::to_string),
+        }
+    }
+
+    fn uid_only(uid: &str, cid: Option<&str>) -> PodIdentity {
+        PodIdentity { pod_uid: Some(uid.into()), container_id: cid.map(str::to_string), ..PodIdentity::default() }
+    }
+
+    #[test]
+    fn both_sources_name_gpus_and_processes_of_two_pods() {
+        let proc = Proc::new("both");
+        proc.pid(100, &systemd(UID_A, CID_A)).pid(200, &cgroupfs(UID_B, CID_B));
+        proc.pid(300, "0::/system.slice/nvidia-persistenced.service\n");
+        let pods = watcher(&[("llm", "vllm-0", "vllm", &["GPU-0"]), ("llm", "vllm-1", "engine", &["1"])]);
+        let mut a = attributor(Some(&proc), Some(pods));
+        // pid 400 has exited (no /proc entry); pid 300 is a host daemon.
+        let out = run(&mut a, &[&[100, 400], &[200, 300]]);
+        assert_eq!(out[0].gpu, Some(named("llm", "vllm-0", Some("vllm"), Some(UID_A), None)));
+        assert_eq!(out[1].gpu, Some(named("llm", "vllm-1", Some("engine"), Some(UID_B), None)));
+        assert_eq!(out[0].processes.get(&100), Some(&named("llm", "vllm-0", Some("vllm"), Some(UID_A), Some(CID_A))));
+        assert_eq!(out[1].processes.get(&200), Some(&named("llm", "vllm-1", Some("engine"), Some(UID_B), Some(CID_B))));
+        assert_eq!(out[0].processes.len(), 1, "the exited pid is not attributed: {:?}", out[0].processes);
+        assert_eq!(out[1].processes.len(), 1, "the host daemon is not attributed: {:?}", out[1].processes);
+        let counts = a.cache().unwrap().counts();
+        assert_eq!((counts.reads, counts.unreadable), (4, 1));
+        // The next round is answered from the cache: no cgroup is read again.
+        let again = run(&mut a, &[&[100, 400], &[200, 300]]);
+        assert_eq!(again, out);
+        assert_eq!(a.cache().unwrap().counts().reads, 5, "only the missing pid is tried again");
+    }
+
+    #[test]
+    fn cgroups_alone_give_uids_and_container_ids() {
+        let proc = Proc::new("cgonly");
+        proc.pid(100, &systemd(UID_A, CID_A)).pid(101, &systemd(UID_A, CID_A)).pid(200, &cgroupfs(UID_B, CID_B));
+        let mut a = attributor(Some(&proc), None);
+        let out = run(&mut a, &[&[100, 101], &[100, 200]]);
+        assert_eq!(out[0].gpu, Some(uid_only(UID_A, None)), "one pod's processes: the GPU gets its UID");
+        assert_eq!(out[1].gpu, None, "processes of two pods: no GPU pod");
+        assert_eq!(out[0].processes.get(&101), Some(&uid_only(UID_A, Some(CID_A))));
+        assert_eq!(out[1].processes.get(&200), Some(&uid_only(UID_B, Some(CID_B))));
+    }
+
+    #[test]
+    fn pod_resources_alone_names_gpus_only() {
+        let pods = watcher(&[("llm", "vllm-0", "vllm", &["GPU-0"])]);
+        let mut a = attributor(None, Some(pods));
+        let out = run(&mut a, &[&[100], &[200]]);
+        assert_eq!(out[0].gpu, Some(named("llm", "vllm-0", Some("vllm"), None, None)));
+        assert_eq!(out[1].gpu, None, "GPU 1 is assigned to no pod");
+        assert!(out.iter().all(|o| o.processes.is_empty()));
+    }
+
+    #[test]
+    fn shared_gpus_and_conflicts_name_no_one_wrongly() {
+        let proc = Proc::new("shared");
+        proc.pid(100, &systemd(UID_A, CID_A)).pid(200, &cgroupfs(UID_B, CID_B));
+        // GPU 0: time-sliced between two pods; GPU 1: vllm-0 alone, used by pod A.
+        let pods =
+            watcher(&[("llm", "vllm-0", "vllm", &["GPU-0::0", "GPU-1"]), ("batch", "job", "main", &["GPU-0::1"])]);
+        let mut a = attributor(Some(&proc), Some(pods));
+        let out = run(&mut a, &[&[100, 200], &[100]]);
+        assert_eq!(out[0].gpu, None, "a GPU shared by two pods names neither");
+        // A's UID is tied through GPU 1; B's through nothing.
+        assert_eq!(out[0].processes.get(&100), Some(&named("llm", "vllm-0", Some("vllm"), Some(UID_A), Some(CID_A))));
+        assert_eq!(out[0].processes.get(&200), Some(&uid_only(UID_B, Some(CID_B))));
+
+        // Pod A's process on GPUs assigned to two different pods: its UID is named after neither.
+        let pods = watcher(&[("llm", "vllm-0", "vllm", &["GPU-0"]), ("llm", "vllm-1", "vllm", &["GPU-1"])]);
+        let mut a = attributor(Some(&proc), Some(pods));
+        let out = run(&mut a, &[&[100], &[100]]);
+        assert_eq!(out[0].processes.get(&100), Some(&uid_only(UID_A, Some(CID_A))));
+        assert_eq!(out[0].gpu, Some(named("llm", "vllm-0", Some("vllm"), None, None)), "the GPU keeps its pod");
+        assert_eq!(out[1].gpu, Some(named("llm", "vllm-1", Some("vllm"), None, None)));
+
+        // Pods A and B each alone on a GPU of vllm-0: one pod, two UIDs; neither is named.
+        let pods = watcher(&[("llm", "vllm-0", "vllm", &["GPU-0", "GPU-1"])]);
+        let mut a = attributor(Some(&proc), Some(pods));
+        let out = run(&mut a, &[&[100], &[200]]);
+        assert_eq!(out[0].processes.get(&100), Some(&uid_only(UID_A, Some(CID_A))));
+        assert_eq!(out[1].processes.get(&200), Some(&uid_only(UID_B, Some(CID_B))));
+
+        // One pod, two containers with a GPU each: the pod is named, the container is not.
+        let pods = watcher(&[("llm", "vllm-0", "prefill", &["GPU-0"]), ("llm", "vllm-0", "decode", &["GPU-1"])]);
+        let mut a = attributor(Some(&proc), Some(pods));
+        let out = run(&mut a, &[&[100], &[100]]);
+        assert_eq!(out[0].processes.get(&100), Some(&named("llm", "vllm-0", None, Some(UID_A), Some(CID_A))));
+        assert_eq!(out[1].gpu, Some(named("llm", "vllm-0", Some("decode"), Some(UID_A), None)));
+    }
+
+    #[test]
+    fn the_agents_own_pod_is_not_attributed_and_is_counted() {
+        // proc_root is not the host's procfs: NVML's host pids land on the agent's own pod.
+        let proc = Proc::new("own");
+        proc.pid(100, &systemd(UID_A, CID_A)).pid(200, &cgroupfs(UID_B, CID_B));
+        let t = Telemetry::new();
+        let cache = PidCache::new(proc.path(), 64, Duration::from_secs(60));
+        let mut a = Attributor::new(Some(cache), None, Some((&t, "nvml"))).with_own_pod_uid(Some(UID_A.into()));
+        for _ in 0..3 {
+            let out = run(&mut a, &[&[100, 200]]);
+            assert_eq!(out[0].processes.keys().copied().collect::<Vec<_>>(), vec![200]);
+            assert_eq!(out[0].gpu, Some(uid_only(UID_B, None)));
+        }
+        assert!(a.warned_own_pod);
+        let text = t.render();
+        for line in [
+            r#"inferwatch_nvml_pid_cache_events_total{receiver="nvml",event="own_pod"} 3"#,
+            r#"inferwatch_nvml_pid_cache_events_total{receiver="nvml",event="read"} 2"#,
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+    }
+
+    #[test]
+    fn failed_samples_and_stale_answers() {
+        let proc = Proc::new("failed");
+        proc.pid(100, &systemd(UID_A, CID_A));
+        let pods = watcher(&[("llm", "vllm-0", "vllm", &["GPU-0"])]);
+        let mut a = attributor(Some(&proc), Some(pods));
+        let d = dev(0);
+        let out = a.attribute(&[(&d, None)]);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].gpu, Some(named("llm", "vllm-0", Some("vllm"), None, None)));
+        assert!(out[0].processes.is_empty());
     }
 }

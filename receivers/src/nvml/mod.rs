@@ -13,6 +13,7 @@
 //!     peak_window: 1m              # derived VRAM peak per window; 0 = off
 //!     host_name: null              # default: the OS host name
 //!     source: nvml                 # or fake: scripted GPUs for tests and demos (docs/nvml.md)
+//!     fake_processes: []           # source: fake only: [{gpu: 0, pid: 4242, used_bytes: ...}]
 //!     pod_attribution:             # absent: off; {} for the defaults below (Kubernetes nodes)
 //!       proc_root: /proc           # the host's procfs: <pid>/cgroup → pod UID, container id
 //!       pod_resources_socket: /var/lib/kubelet/pod-resources/kubelet.sock  # GPU → pod names; "" = off

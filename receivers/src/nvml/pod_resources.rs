@@ -328,6 +328,11 @@ impl PodResourcesWatcher {
         g.as_ref().filter(|s| s.at.elapsed() <= self.interval.saturating_mul(3)).map(|s| s.assignments.clone())
     }
 
+    /// Makes `a` the current answer (what a successful `List` does; tests feed answers directly).
+    pub fn publish(&self, a: Assignments) {
+        *self.current.write() = Some(Snapshot { assignments: Arc::new(a), at: Instant::now() });
+    }
+
     /// Lists once; logs a change of state (the first missing socket is one warning), counts failures.
     pub async fn refresh(&self) {
         match list(&self.socket, self.timeout).await {
@@ -340,7 +345,7 @@ impl PodResourcesWatcher {
                         pods = resp.pod_resources.len(), gpus_assigned = a.len(),
                         "kubelet pod-resources answered; GPUs are attributed to their pods");
                 }
-                *self.current.write() = Some(Snapshot { assignments: Arc::new(a), at: Instant::now() });
+                self.publish(a);
             }
             Err(e) => {
                 self.telemetry

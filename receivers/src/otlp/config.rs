@@ -68,9 +68,9 @@ pub struct GrpcConfig {
     pub auth: Option<AuthSettings>,
     /// Most connections open at once (inferwatch; default from the descriptor limit).
     pub max_connections: Option<usize>,
-    /// Accepted for compatibility; has no effect.
+    /// Accepted for compatibility with a load-time warning ([`OtlpConfig::warnings`]): no effect.
     pub read_buffer_size: Option<usize>,
-    /// Accepted for compatibility; has no effect.
+    /// Accepted for compatibility with a load-time warning ([`OtlpConfig::warnings`]): no effect.
     pub write_buffer_size: Option<usize>,
     /// HTTP/2 keep-alive settings.
     pub keepalive: Option<KeepaliveConfig>,
@@ -281,6 +281,30 @@ impl OtlpConfig {
         Ok(cfg)
     }
 
+    /// Valid otelcol keys that change nothing here, each located: grpc-go's per-connection
+    /// `read_buffer_size` / `write_buffer_size` (hyper sizes its HTTP/2 buffers itself and the
+    /// flow-control windows are a different knob) and the client ping `enforcement_policy`.
+    pub fn warnings(v: &serde_json::Value) -> Vec<FieldError> {
+        let Ok(cfg) = parse_config::<OtlpConfig>(v) else { return Vec::new() };
+        let Some(g) = &cfg.protocols.grpc else { return Vec::new() };
+        let mut out = Vec::new();
+        for (key, set) in [("read_buffer_size", g.read_buffer_size), ("write_buffer_size", g.write_buffer_size)] {
+            if set.is_some() {
+                out.push(FieldError::at(
+                    &format!("protocols.grpc.{key}"),
+                    "has no effect: the gRPC server (tonic/hyper) sizes its connection buffers itself",
+                ));
+            }
+        }
+        if g.keepalive.as_ref().is_some_and(|k| k.enforcement_policy.is_some()) {
+            out.push(FieldError::at(
+                "protocols.grpc.keepalive.enforcement_policy",
+                "has no effect: client keep-alive pings are not policed",
+            ));
+        }
+        out
+    }
+
     /// Semantic checks that serde cannot express.
     fn check(&self) -> Result<(), FieldError> {
         let p = &self.protocols;
@@ -393,6 +417,27 @@ mod tests {
         assert_eq!(h.traces_url_path, "/traces");
         assert_eq!(h.metrics_url_path, "/v1/metrics");
         assert_eq!(h.cors.unwrap().allowed_origins, vec!["https://*.example.com".to_string()]);
+    }
+
+    #[test]
+    fn buffer_sizes_are_accepted_with_a_located_warning() {
+        let v = json!({"protocols": {"grpc": {"read_buffer_size": 524288, "write_buffer_size": 0,
+                       "keepalive": {"enforcement_policy": {"min_time": "5s"}}}, "http": {}}});
+        assert!(OtlpConfig::from_value(&v).is_ok());
+        let w = OtlpConfig::warnings(&v);
+        let paths: Vec<String> = w.iter().map(FieldError::dotted).collect();
+        assert_eq!(
+            paths,
+            [
+                "protocols.grpc.read_buffer_size",
+                "protocols.grpc.write_buffer_size",
+                "protocols.grpc.keepalive.enforcement_policy"
+            ]
+        );
+        assert!(w.iter().all(|e| e.message.starts_with("has no effect")), "{w:?}");
+        assert!(OtlpConfig::warnings(&json!({"protocols": {"grpc": {"max_recv_msg_size_mib": 8}}})).is_empty());
+        // An invalid configuration is validate's to report, not warnings'.
+        assert!(OtlpConfig::warnings(&json!({"protocols": {"grpc": {"read_buffer_size": "big"}}})).is_empty());
     }
 
     #[test]

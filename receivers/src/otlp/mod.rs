@@ -60,6 +60,10 @@ impl ReceiverFactory for OtlpReceiverFactory {
         OtlpConfig::from_value(cfg).map(|_| ())
     }
 
+    fn warnings(&self, cfg: &serde_json::Value) -> Vec<FieldError> {
+        OtlpConfig::warnings(cfg)
+    }
+
     fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Receiver>, ComponentError> {
         Ok(Box::new(OtlpReceiver::new(ctx, OtlpConfig::from_value(cfg)?)))
     }

@@ -248,6 +248,8 @@ pub struct ScrapeClient {
     pub credentials: Option<ScrapeCredentials>,
     /// Follow redirects.
     pub follow_redirects: bool,
+    /// Direct, through `proxy_url`, or the environment's proxy.
+    pub proxy: super::http_client::Proxy,
 }
 
 /// `static_configs` entry: targets sharing labels.

@@ -34,7 +34,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
     ScopeMetrics, Sum, Summary, SummaryDataPoint,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
@@ -95,6 +95,8 @@ pub struct Converter {
     target: Target,
     starts: StartTimes,
     instance: Option<String>,
+    /// Hashes of the series (name and labels of each sample) of the last successful scrape.
+    seen: HashSet<u64>,
 }
 
 /// Samples of one family that share their labels (one series).
@@ -161,13 +163,13 @@ const CUMULATIVE: i32 = AggregationTemporality::Cumulative as i32;
 impl Converter {
     /// A converter with no history.
     pub fn new(target: Target) -> Self {
-        Converter { target, starts: StartTimes::new(), instance: None }
+        Converter { target, starts: StartTimes::new(), instance: None, seen: HashSet::new() }
     }
 
     /// A converter whose `service.instance.id` is `instance` (a relabeled `instance` label)
     /// rather than the target's `host:port`.
     pub fn with_instance(target: Target, instance: String) -> Self {
-        Converter { target, starts: StartTimes::new(), instance: Some(instance) }
+        Converter { target, starts: StartTimes::new(), instance: Some(instance), seen: HashSet::new() }
     }
 
     /// The target's `instance` label.
@@ -178,6 +180,33 @@ impl Converter {
     /// The target.
     pub fn target(&self) -> &Target {
         &self.target
+    }
+
+    /// The health series of one scrape, with the target's labels on their points.
+    pub fn scrape_metrics(&self, report: &ScrapeReport, scrape_ns: u64) -> Vec<Metric> {
+        scrape_metrics(report, &self.target.labels, scrape_ns)
+    }
+
+    /// Counts the series of `expo` that the last successful scrape did not have (Prometheus'
+    /// `scrape_series_added`: each sample line is a series), and remembers them for the next.
+    pub fn series_added(&mut self, expo: &Exposition<'_>) -> usize {
+        let mut now = HashSet::with_capacity(self.seen.len().max(16));
+        for f in &expo.families {
+            for s in &f.samples {
+                let mut h = DefaultHasher::new();
+                f.name.hash(&mut h);
+                s.suffix.as_str().hash(&mut h);
+                s.bound.map(f64::to_bits).hash(&mut h);
+                let mut labels: Vec<(&str, &str)> =
+                    s.labels.iter().map(|l| (l.name.as_ref(), l.value.as_ref())).collect();
+                labels.sort_unstable();
+                labels.hash(&mut h);
+                now.insert(h.finish());
+            }
+        }
+        let added = now.iter().filter(|k| !self.seen.contains(k)).count();
+        self.seen = now;
+        added
     }
 
     /// Number of cumulative series whose start time is tracked.
@@ -437,19 +466,53 @@ impl Converter {
     }
 }
 
-/// otelcol's per-scrape gauges: `up`, `scrape_duration_seconds`, `scrape_samples_scraped`.
-pub fn scrape_metrics(up: bool, duration: Duration, samples: usize, scrape_ns: u64) -> Vec<Metric> {
+/// What one scrape yields besides its samples: the scrape-health series' values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScrapeReport {
+    /// The scrape succeeded.
+    pub up: bool,
+    /// How long it took.
+    pub duration: Duration,
+    /// Samples the target exposed (before `metric_relabel_configs`).
+    pub scraped: usize,
+    /// Samples left after `metric_relabel_configs`.
+    pub post_relabel: usize,
+    /// Series not seen in the previous successful scrape (every series on the first one).
+    pub series_added: usize,
+}
+
+impl ScrapeReport {
+    /// A failed scrape: `up` = 0 and no samples.
+    pub fn failed(duration: Duration) -> Self {
+        ScrapeReport { up: false, duration, scraped: 0, post_relabel: 0, series_added: 0 }
+    }
+}
+
+/// Prometheus' (and otelcol's) per-scrape gauges: `up`, `scrape_duration_seconds`,
+/// `scrape_samples_scraped`, `scrape_samples_post_metric_relabeling`, `scrape_series_added`,
+/// each with one point carrying `target_labels` (the target's labels other than `job` and
+/// `instance`, which are the resource's `service.name` and `service.instance.id`, as for
+/// scraped samples).
+pub fn scrape_metrics(r: &ScrapeReport, target_labels: &[(String, String)], scrape_ns: u64) -> Vec<Metric> {
+    let attrs: Vec<KeyValue> = target_labels.iter().map(|(k, v)| kv(k, v)).collect();
     let g = |name: &str, description: &str, unit: &str, v: f64| Metric {
         name: name.into(),
         description: description.into(),
         unit: unit.into(),
-        data: Some(Data::Gauge(Gauge { data_points: vec![gauge_point(Vec::new(), scrape_ns, v)] })),
+        data: Some(Data::Gauge(Gauge { data_points: vec![gauge_point(attrs.clone(), scrape_ns, v)] })),
         ..Default::default()
     };
     vec![
-        g("up", "The scraping was successful", "", if up { 1.0 } else { 0.0 }),
-        g("scrape_duration_seconds", "Duration of the scrape", "s", duration.as_secs_f64()),
-        g("scrape_samples_scraped", "The number of samples the target exposed", "", samples as f64),
+        g("up", "The scraping was successful", "", if r.up { 1.0 } else { 0.0 }),
+        g("scrape_duration_seconds", "Duration of the scrape", "s", r.duration.as_secs_f64()),
+        g("scrape_samples_scraped", "The number of samples the target exposed", "", r.scraped as f64),
+        g(
+            "scrape_samples_post_metric_relabeling",
+            "The number of samples remaining after metric relabeling was applied",
+            "",
+            r.post_relabel as f64,
+        ),
+        g("scrape_series_added", "The approximate number of new series in this scrape", "", r.series_added as f64),
     ]
 }
 
@@ -530,16 +593,53 @@ mod tests {
     }
 
     #[test]
-    fn scrape_gauges() {
-        let m = scrape_metrics(false, Duration::from_millis(250), 12, 99);
+    fn scrape_gauges_carry_the_target_labels() {
+        let r = ScrapeReport {
+            up: false,
+            duration: Duration::from_millis(250),
+            scraped: 12,
+            post_relabel: 10,
+            series_added: 3,
+        };
+        let m = Converter::new(target(false)).scrape_metrics(&r, 99);
         let names: Vec<&str> = m.iter().map(|m| m.name.as_str()).collect();
-        assert_eq!(names, ["up", "scrape_duration_seconds", "scrape_samples_scraped"]);
+        assert_eq!(
+            names,
+            [
+                "up",
+                "scrape_duration_seconds",
+                "scrape_samples_scraped",
+                "scrape_samples_post_metric_relabeling",
+                "scrape_series_added"
+            ]
+        );
         let v = |i: usize| match &m[i].data {
-            Some(Data::Gauge(g)) => (g.data_points[0].value, g.data_points[0].time_unix_nano),
+            Some(Data::Gauge(g)) => {
+                assert_eq!(attrs(&g.data_points[0].attributes), vec![s("env", "prod")], "{}", m[i].name);
+                (g.data_points[0].value, g.data_points[0].time_unix_nano)
+            }
             _ => panic!(),
         };
         assert_eq!(v(0), (Some(NumV::AsDouble(0.0)), 99));
         assert_eq!(v(1), (Some(NumV::AsDouble(0.25)), 99));
         assert_eq!(v(2), (Some(NumV::AsDouble(12.0)), 99));
+        assert_eq!(v(3), (Some(NumV::AsDouble(10.0)), 99));
+        assert_eq!(v(4), (Some(NumV::AsDouble(3.0)), 99));
+    }
+
+    #[test]
+    fn series_added_counts_series_new_since_the_last_scrape() {
+        let mut c = Converter::new(target(false));
+        let a = parse(
+            "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 1\nh_count 1\ng{k=\"a\"} 1\n",
+            Format::Text,
+        )
+        .unwrap();
+        assert_eq!(c.series_added(&a), 4, "every series of the first scrape is new");
+        assert_eq!(c.series_added(&a), 0, "the same series again");
+        let b = parse("# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"2\"} 2\nh_bucket{le=\"+Inf\"} 2\nh_count 2\ng{k=\"b\"} 1\n", Format::Text)
+            .unwrap();
+        assert_eq!(c.series_added(&b), 2, "a new bucket bound and a new label value");
+        assert_eq!(c.series_added(&a), 1, "g{{k=a}} is back; the others were in the last scrape");
     }
 }

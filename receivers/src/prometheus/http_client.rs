@@ -1,5 +1,6 @@
 //! The HTTP client options of Prometheus' `http_config` (`tls_config`, `authorization`,
-//! `basic_auth`, `bearer_token`, `bearer_token_file`, `follow_redirects`), shared by a scrape
+//! `basic_auth`, `bearer_token`, `bearer_token_file`, `follow_redirects`, `proxy_url`,
+//! `no_proxy`, `proxy_from_environment`), shared by a scrape
 //! config and every discovery config that talks HTTP (`http_sd_configs`,
 //! `kubernetes_sd_configs`): one struct ([`HttpClientConfig`]), one check
 //! ([`HttpClientConfig::check`]) and one client builder (`client` in the receiver).
@@ -25,8 +26,17 @@ use serde::{Deserialize, forward_to_deserialize_any};
 use std::fmt;
 
 /// The keys [`HttpClientConfig`] reads, in Prometheus' order.
-pub const KEYS: [&str; 6] =
-    ["tls_config", "authorization", "basic_auth", "bearer_token", "bearer_token_file", "follow_redirects"];
+pub const KEYS: [&str; 9] = [
+    "tls_config",
+    "authorization",
+    "basic_auth",
+    "bearer_token",
+    "bearer_token_file",
+    "follow_redirects",
+    "proxy_url",
+    "no_proxy",
+    "proxy_from_environment",
+];
 
 /// TLS, credentials and redirects of one HTTP client, as written.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +53,12 @@ pub struct HttpClientConfig {
     pub bearer_token_file: Option<String>,
     /// Follow HTTP redirects (to http/https URLs, at most 5; default true).
     pub follow_redirects: bool,
+    /// An HTTP(S) proxy for every request.
+    pub proxy_url: Option<String>,
+    /// Hosts, domains and IP ranges reached without `proxy_url` (comma-separated).
+    pub no_proxy: Option<String>,
+    /// Use the proxy of `HTTP_PROXY` / `HTTPS_PROXY` / `NO_PROXY`.
+    pub proxy_from_environment: bool,
 }
 
 impl Default for HttpClientConfig {
@@ -54,6 +70,9 @@ impl Default for HttpClientConfig {
             bearer_token: None,
             bearer_token_file: None,
             follow_redirects: true,
+            proxy_url: None,
+            no_proxy: None,
+            proxy_from_environment: false,
         }
     }
 }
@@ -81,6 +100,9 @@ impl HttpClientConfig {
             "bearer_token" => self.bearer_token = map.next_value()?,
             "bearer_token_file" => self.bearer_token_file = map.next_value()?,
             "follow_redirects" => self.follow_redirects = map.next_value()?,
+            "proxy_url" => self.proxy_url = map.next_value()?,
+            "no_proxy" => self.no_proxy = map.next_value()?,
+            "proxy_from_environment" => self.proxy_from_environment = map.next_value()?,
             other => return Err(de::Error::custom(format!("internal: {other:?} is not an HTTP client key"))),
         }
         Ok(())
@@ -170,7 +192,62 @@ impl HttpClientConfig {
         if set.len() > 1 {
             return Err(err_at(&[key(set[1])], format!("{} and {} are mutually exclusive", set[0], set[1])));
         }
+        out.proxy = self.proxy(&e)?;
         Ok(out)
+    }
+
+    /// The checked proxy settings (Prometheus' rules: `no_proxy` needs `proxy_url`, which
+    /// excludes `proxy_from_environment`).
+    fn proxy(&self, e: &dyn Fn(&[PathSeg], &str) -> FieldError) -> Result<Proxy, FieldError> {
+        match (&self.proxy_url, self.proxy_from_environment) {
+            (Some(_), true) => {
+                Err(e(&[key("proxy_from_environment")], "proxy_url and proxy_from_environment are mutually exclusive"))
+            }
+            (None, env) => {
+                if self.no_proxy.is_some() {
+                    return Err(e(&[key("no_proxy")], "no_proxy needs proxy_url"));
+                }
+                Ok(if env { Proxy::Environment } else { Proxy::None })
+            }
+            (Some(u), false) => {
+                let url = match reqwest::Url::parse(u) {
+                    Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some() => url,
+                    _ => return Err(e(&[key("proxy_url")], "not an http(s) URL (SOCKS proxies are not supported)")),
+                };
+                Ok(Proxy::Url { url, no_proxy: self.no_proxy.clone().unwrap_or_default() })
+            }
+        }
+    }
+}
+
+/// How a client reaches its targets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Proxy {
+    /// Directly (the environment's proxy variables are ignored).
+    #[default]
+    None,
+    /// Through this proxy, except for the `no_proxy` list.
+    Url {
+        /// The proxy.
+        url: reqwest::Url,
+        /// Comma-separated hosts, domains and CIDRs reached directly.
+        no_proxy: String,
+    },
+    /// Through the proxy of `HTTP_PROXY` / `HTTPS_PROXY` / `NO_PROXY`.
+    Environment,
+}
+
+impl Proxy {
+    /// Applies the choice to a client builder.
+    pub fn apply(&self, b: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder, String> {
+        match self {
+            Proxy::None => Ok(b.no_proxy()),
+            Proxy::Environment => Ok(b),
+            Proxy::Url { url, no_proxy } => {
+                let p = reqwest::Proxy::all(url.clone()).map_err(|e| format!("proxy_url: {e}"))?;
+                Ok(b.proxy(p.no_proxy(reqwest::NoProxy::from_string(no_proxy))))
+            }
+        }
     }
 }
 
@@ -319,6 +396,29 @@ mod tests {
     use inferwatch_core::component::parse_config;
     use serde_json::json;
 
+    fn checked(v: serde_json::Value) -> Result<ScrapeClient, FieldError> {
+        let c: HttpSdConfig = parse_config(&v).unwrap();
+        c.http.check(&|rest: &[PathSeg], m: String| FieldError { path: rest.to_vec(), message: m })
+    }
+
+    #[test]
+    fn proxy_settings_are_checked() {
+        let c = checked(json!({"url": "u", "proxy_url": "http://proxy:3128", "no_proxy": "10.0.0.0/8,.svc"})).unwrap();
+        assert_eq!(
+            c.proxy,
+            Proxy::Url { url: reqwest::Url::parse("http://proxy:3128").unwrap(), no_proxy: "10.0.0.0/8,.svc".into() }
+        );
+        assert_eq!(checked(json!({"url": "u", "proxy_from_environment": true})).unwrap().proxy, Proxy::Environment);
+        assert_eq!(checked(json!({"url": "u"})).unwrap().proxy, Proxy::None);
+        for (v, at) in [
+            (json!({"url": "u", "proxy_url": "socks5://p:1080"}), "proxy_url"),
+            (json!({"url": "u", "proxy_url": "http://p:1", "proxy_from_environment": true}), "proxy_from_environment"),
+            (json!({"url": "u", "no_proxy": "x"}), "no_proxy"),
+        ] {
+            assert_eq!(checked(v.clone()).unwrap_err().path, vec![key(at)], "{v}");
+        }
+    }
+
     #[test]
     fn http_keys_and_own_keys_are_split() {
         let c: HttpSdConfig = parse_config(&json!({"url": "http://sd/t", "follow_redirects": false,
@@ -355,7 +455,7 @@ mod tests {
         assert_eq!(
             unknown_field("x", &[]),
             "unknown field `x`, expected one of `tls_config`, `authorization`, `basic_auth`, `bearer_token`, \
-             `bearer_token_file`, `follow_redirects`"
+             `bearer_token_file`, `follow_redirects`, `proxy_url`, `no_proxy`, `proxy_from_environment`"
         );
     }
 }

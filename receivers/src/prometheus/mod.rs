@@ -17,6 +17,7 @@
 //!           basic_auth: { username: u, password: "...", password_file: /path }
 //!           bearer_token: "..."         # or bearer_token_file (deprecated in Prometheus)
 //!           follow_redirects: true      # to http(s) only, at most 5 hops
+//!           proxy_url: http://proxy:3128 # or proxy_from_environment: true; no_proxy: "10.0.0.0/8"
 //!           sample_limit: 0             # 0 = none; more samples fail the whole scrape
 //!           label_limit: 0
 //!           label_name_length_limit: 0
@@ -158,12 +159,14 @@ fn redirect_policy(follow: bool) -> reqwest::redirect::Policy {
 fn client(c: &ScrapeClient, https: bool, job: &str) -> Result<reqwest::Client, ComponentError> {
     let tls =
         tls_config(c, https).map_err(|e| ComponentError::Start(format!("prometheus receiver, job {job}: {e}")))?;
-    reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .redirect(redirect_policy(c.follow_redirects))
-        .no_proxy()
         .user_agent(concat!("inferwatch/", env!("CARGO_PKG_VERSION")))
-        .tcp_nodelay(true)
+        .tcp_nodelay(true);
+    c.proxy
+        .apply(builder)
+        .map_err(|e| ComponentError::Start(format!("prometheus receiver, job {job}: {e}")))?
         .build()
         .map_err(|e| ComponentError::Start(format!("prometheus receiver: cannot build the HTTP client: {e}")))
 }
@@ -299,6 +302,7 @@ fn start_discovery(
                             }),
                             follow_redirects: true,
                             tls13_only: false,
+                            proxy: http_client::Proxy::None,
                         };
                         (base, c)
                     }

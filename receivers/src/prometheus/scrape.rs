@@ -1,10 +1,11 @@
 //! The scrape loop of one target: GET the exposition every interval (the first at once), parse
-//! and convert it, add `up` / `scrape_duration_seconds` / `scrape_samples_scraped`, and feed the
-//! metrics pipeline. A failed scrape (unreachable, timeout, HTTP status, too large, parse
+//! and convert it, add the scrape-health series (`up`, `scrape_duration_seconds`,
+//! `scrape_samples_scraped`, `scrape_samples_post_metric_relabeling`, `scrape_series_added`, with
+//! the target's labels as every scraped point has them), and feed the metrics pipeline. A failed scrape (unreachable, timeout, HTTP status, too large, parse
 //! error) is counted with its reason, gives `up` = 0, is logged once per change of state, and
 //! the next interval tries again.
 
-use super::convert::{Converter, scrape_metrics};
+use super::convert::{Converter, ScrapeReport};
 use super::parse::{Format, LimitExceeded, Limits, ParseError, ParseFailure, parse_bytes_limited};
 use super::tgi;
 use inferwatch_core::component::ComponentId;
@@ -300,14 +301,16 @@ impl ScrapeLoop {
         let duration = started.elapsed();
         let result = match fetched {
             Ok((body, format)) => match self.parse(&body, format) {
-                Ok(expo) => {
+                Ok((expo, scraped)) => {
                     let extra = if tgi::is_tgi(&expo) {
                         self.tgi_model(st).await.map(|m| vec![("model_name".to_string(), m)]).unwrap_or_default()
                     } else {
                         Vec::new()
                     };
-                    let samples = expo.sample_count();
-                    Ok((self.converter.convert(&expo, scrape_ns, &extra), samples))
+                    let post_relabel = expo.sample_count();
+                    let series_added = self.converter.series_added(&expo);
+                    let report = ScrapeReport { up: true, duration, scraped, post_relabel, series_added };
+                    Ok((self.converter.convert(&expo, scrape_ns, &extra), report))
                 }
                 Err(ParseFailure::Malformed(source)) => Err(ScrapeError::Parse { url: self.url.to_string(), source }),
                 Err(ParseFailure::Limit { line, limit }) => {
@@ -317,13 +320,13 @@ impl ScrapeLoop {
             Err(e) => Err(e),
         };
         let metrics = match result {
-            Ok((metrics, samples)) => {
+            Ok((metrics, report)) => {
                 if matches!(st.health, Health::Down(_)) {
                     tracing::info!(receiver = %self.id, target = %self.url, "scrape target is up again");
                 }
                 st.health = Health::Up;
                 let mut m = metrics;
-                m.extend(scrape_metrics(true, duration, samples, scrape_ns));
+                m.extend(self.converter.scrape_metrics(&report, scrape_ns));
                 m
             }
             Err(e) => {
@@ -338,25 +341,29 @@ impl ScrapeLoop {
                 }
                 st.health = Health::Down(reason);
                 st.model = None;
-                scrape_metrics(false, duration, 0, scrape_ns)
+                self.converter.scrape_metrics(&ScrapeReport::failed(duration), scrape_ns)
             }
         };
         Payload::Metrics(self.converter.request(metrics))
     }
 
-    /// Parses under the limits, then applies `metric_relabel_configs`. With relabel rules,
-    /// `sample_limit` counts the samples that are kept, as in Prometheus (the body size bounds
-    /// the parse); the label limits are checked on the scraped labels.
+    /// Parses under the limits, then applies `metric_relabel_configs`; also returns the number
+    /// of samples before relabeling. With relabel rules, `sample_limit` counts the samples that
+    /// are kept, as in Prometheus (the body size bounds the parse); the label limits are
+    /// checked on the scraped labels.
     fn parse<'b>(
         &self,
         body: &'b [u8],
         format: super::parse::Format,
-    ) -> Result<super::parse::Exposition<'b>, ParseFailure> {
+    ) -> Result<(super::parse::Exposition<'b>, usize), ParseFailure> {
         if self.metric_relabel.is_empty() {
-            return parse_bytes_limited(body, format, &self.limits);
+            let expo = parse_bytes_limited(body, format, &self.limits)?;
+            let n = expo.sample_count();
+            return Ok((expo, n));
         }
         let limits = Limits { sample_limit: 0, ..self.limits };
         let mut expo = parse_bytes_limited(body, format, &limits)?;
+        let scraped = expo.sample_count();
         super::relabel::relabel_exposition(&mut expo, &self.metric_relabel);
         let n = expo.sample_count();
         if self.limits.sample_limit > 0 && n > self.limits.sample_limit {
@@ -367,7 +374,7 @@ impl ScrapeLoop {
                 limit: LimitExceeded::Samples { limit: self.limits.sample_limit },
             });
         }
-        Ok(expo)
+        Ok((expo, scraped))
     }
 
     /// The model of this TGI target: configured, cached, or asked from `/info`.

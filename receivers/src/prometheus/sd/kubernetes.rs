@@ -9,17 +9,19 @@
 //!   uid, controller_kind, controller_name}`), one target per declared container port
 //!   (`container_{name, image, init, id, port_name, port_number, port_protocol}`), or one
 //!   port-free target per container without ports; a pod without an IP has no targets.
-//! - endpoints: one group per Endpoints object (`__meta_kubernetes_endpoints_{name, label_*,
-//!   labelpresent_*, annotation_*, annotationpresent_*}`), one target per address and port
-//!   (`__meta_kubernetes_endpoint_{hostname, node_name, ready, port_name, port_protocol,
-//!   address_target_kind, address_target_name}`). As Prometheus, an address whose `targetRef` is
-//!   a pod also carries that pod's labels (`__meta_kubernetes_pod_*`, and the container labels
-//!   of the container declaring the port), and every declared container port of such a pod
-//!   that no endpoint port names becomes a target too; the pods come from a second list +
-//!   watch of the same namespaces (so the role needs `list` / `watch` on pods). The service
-//!   labels (`__meta_kubernetes_service_{name, label_*, labelpresent_*}`) are taken from the
-//!   Endpoints object, which the endpoints controller names and labels after its Service (the
-//!   Service's annotations are not copied there and are not attached).
+//! - endpoints: one group per Endpoints object (`__meta_kubernetes_namespace`,
+//!   `__meta_kubernetes_endpoints_{name, label_*, labelpresent_*, annotation_*,
+//!   annotationpresent_*}`, and, when the Service of the same name exists, its
+//!   `__meta_kubernetes_service_{name, label_*, labelpresent_*, annotation_*,
+//!   annotationpresent_*}`), one target per port and address, ready ones first
+//!   (`__meta_kubernetes_endpoint_{ready, port_name, port_protocol, node_name, hostname,
+//!   address_target_kind, address_target_name}`). As Prometheus' `endpoints.go`, an address whose
+//!   `targetRef` is a known pod also carries that pod's labels (`__meta_kubernetes_pod_*`) and
+//!   the container labels of the first container declaring the endpoint's port number, and
+//!   every declared container port of such a pod that no endpoint port uses becomes a target
+//!   too. Services and pods come from their own list + watch of the same namespaces (the role
+//!   needs `list` / `watch` on endpoints, services and pods); `selectors` may name the roles
+//!   `endpoints`, `service` and `pod`, each applied to its own watch.
 //!
 //! Without `api_server`, the in-cluster service account is used: `https://$KUBERNETES_SERVICE_HOST:
 //! $KUBERNETES_SERVICE_PORT`, the token (re-read as it rotates) and CA under
@@ -35,6 +37,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tokio_util::sync::CancellationToken;
 
 use inferwatch_core::kube::{self, EventType, Failure, WatchSink, str_at as s};
@@ -98,15 +101,6 @@ pub enum Role {
     Endpoints,
 }
 
-impl Role {
-    fn resource(self) -> &'static str {
-        match self {
-            Role::Pod => "pods",
-            Role::Endpoints => "endpoints",
-        }
-    }
-}
-
 impl KubernetesSdConfig {
     /// Checks the settings; the error names the field (relative to the entry).
     pub fn check(&self) -> Result<Role, (Vec<String>, String)> {
@@ -145,12 +139,18 @@ impl KubernetesSdConfig {
         let mut seen = HashSet::new();
         for (i, s) in self.selectors.iter().enumerate() {
             let at = |k: &str| vec!["selectors".into(), i.to_string(), k.into()];
-            if s.role != self.role {
+            let allowed: &[&str] = match role {
+                Role::Pod => &["pod"],
+                Role::Endpoints => &["endpoints", "service", "pod"],
+            };
+            if !allowed.contains(&s.role.as_str()) {
                 return Err((
                     at("role"),
                     format!(
-                        "selector role {:?} is not supported for role {:?} (only the config's own role)",
-                        s.role, self.role
+                        "selector role {:?} is not supported for role {:?} (allowed: {})",
+                        s.role,
+                        self.role,
+                        allowed.join(", ")
                     ),
                 ));
             }
@@ -186,14 +186,15 @@ impl KubernetesSdConfig {
         Ok(out)
     }
 
-    fn selector_query(&self) -> Vec<(&'static str, String)> {
+    /// The `labelSelector` / `fieldSelector` query of the watch of `role`'s objects.
+    fn selector_query(&self, role: &str) -> Query {
         let mut q = Vec::new();
-        for s in &self.selectors {
+        for s in self.selectors.iter().filter(|s| s.role == role) {
             if let Some(l) = &s.label {
-                q.push(("labelSelector", l.clone()));
+                q.push(("labelSelector".to_string(), l.clone()));
             }
             if let Some(f) = &s.field {
-                q.push(("fieldSelector", f.clone()));
+                q.push(("fieldSelector".to_string(), f.clone()));
             }
         }
         q
@@ -237,24 +238,32 @@ impl ApiConn {
 }
 
 /// The objects one config tracks, keyed `namespace/name`, shared by its namespace tasks: pod
-/// groups (role pod), or Endpoints objects and the pods their targets refer to (role
-/// endpoints, whose groups are built at each publication).
+/// groups (role pod), or Endpoints objects with the pods their targets refer to and the
+/// services they are named after (role endpoints, whose groups are built at each publication).
 struct Store {
     role: Role,
     groups: Mutex<BTreeMap<String, TargetGroup>>,
     endpoints: Mutex<BTreeMap<String, Value>>,
     pods: Mutex<BTreeMap<String, Value>>,
+    services: Mutex<BTreeMap<String, Value>>,
+    /// Feeds whose first list has not come yet: nothing is published before every one has
+    /// listed (as Prometheus waits for its informers' caches to sync), so that no target is
+    /// started or dropped on a partial view (endpoints without their service, say).
+    unlisted: AtomicUsize,
     slot: Slot,
     ctx: SdContext,
 }
 
 impl Store {
     fn publish(&self) {
+        if self.unlisted.load(Ordering::SeqCst) > 0 {
+            return;
+        }
         let all: Vec<TargetGroup> = match self.role {
             Role::Pod => self.groups.lock().values().cloned().collect(),
             Role::Endpoints => {
-                let pods = self.pods.lock();
-                self.endpoints.lock().values().map(|ep| endpoints_group_with(ep, &pods)).collect()
+                let (pods, services) = (self.pods.lock(), self.services.lock());
+                self.endpoints.lock().values().map(|ep| endpoints_group(ep, &pods, &services)).collect()
             }
         };
         if self.slot.publish(all) > 0 {
@@ -267,12 +276,28 @@ impl Store {
     }
 }
 
-/// What one list + watch feeds: the config's main objects (pods or endpoints) or, for role
-/// endpoints, the pods, of one namespace (`prefix` `ns/`) or of all (`None`).
+/// The query pairs of a list + watch (`labelSelector`, `fieldSelector`).
+type Query = Vec<(String, String)>;
+
+/// Which objects one list + watch brings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The config's role: pods (role pod) or Endpoints objects (role endpoints).
+    Main,
+    /// Role endpoints: the pods that addresses refer to.
+    Pods,
+    /// Role endpoints: the Services the Endpoints objects are named after.
+    Services,
+}
+
+/// What one list + watch feeds: objects of `kind`, of one namespace (`prefix` `ns/`) or of all
+/// (`None`).
 struct Feed {
     store: Arc<Store>,
-    pods_of_endpoints: bool,
+    kind: Kind,
     prefix: Option<String>,
+    /// The first list has come.
+    listed: AtomicBool,
 }
 
 /// Replaces the objects of `prefix` in `m` by `fresh`, keeping at most [`MAX_OBJECTS`].
@@ -304,22 +329,29 @@ fn apply_in<T>(m: &mut BTreeMap<String, T>, event: EventType, key: String, v: T)
 impl WatchSink for Feed {
     fn replace(&self, objects: Vec<Value>) {
         let st = &self.store;
-        let cut = match (st.role, self.pods_of_endpoints) {
+        let cut = match (st.role, self.kind) {
             (Role::Pod, _) => {
                 let fresh = objects.iter().map(|o| (object_key(o), pod_group(o))).collect();
                 replace_in(&mut st.groups.lock(), &self.prefix, fresh)
             }
-            (Role::Endpoints, false) => {
+            (Role::Endpoints, Kind::Main) => {
                 let fresh = objects.into_iter().map(|o| (object_key(&o), o)).collect();
                 replace_in(&mut st.endpoints.lock(), &self.prefix, fresh)
             }
-            (Role::Endpoints, true) => {
+            (Role::Endpoints, Kind::Pods) => {
                 let fresh = objects.into_iter().map(|o| (object_key(&o), slim_pod(o))).collect();
                 replace_in(&mut st.pods.lock(), &self.prefix, fresh)
+            }
+            (Role::Endpoints, Kind::Services) => {
+                let fresh = objects.into_iter().map(|o| (object_key(&o), slim_meta(o))).collect();
+                replace_in(&mut st.services.lock(), &self.prefix, fresh)
             }
         };
         if cut {
             st.cut();
+        }
+        if !self.listed.swap(true, Ordering::SeqCst) {
+            st.unlisted.fetch_sub(1, Ordering::SeqCst);
         }
         st.publish();
     }
@@ -327,10 +359,11 @@ impl WatchSink for Feed {
     fn apply(&self, event: EventType, obj: Value) -> bool {
         let st = &self.store;
         let key = object_key(&obj);
-        let r = match (st.role, self.pods_of_endpoints) {
+        let r = match (st.role, self.kind) {
             (Role::Pod, _) => apply_in(&mut st.groups.lock(), event, key, pod_group(&obj)),
-            (Role::Endpoints, false) => apply_in(&mut st.endpoints.lock(), event, key, obj),
-            (Role::Endpoints, true) => apply_in(&mut st.pods.lock(), event, key, slim_pod(obj)),
+            (Role::Endpoints, Kind::Main) => apply_in(&mut st.endpoints.lock(), event, key, obj),
+            (Role::Endpoints, Kind::Pods) => apply_in(&mut st.pods.lock(), event, key, slim_pod(obj)),
+            (Role::Endpoints, Kind::Services) => apply_in(&mut st.services.lock(), event, key, slim_meta(obj)),
         };
         r.unwrap_or_else(|()| {
             st.cut();
@@ -368,6 +401,19 @@ fn slim_pod(mut pod: Value) -> Value {
         }
     }
     pod
+}
+
+/// An object's name, namespace, labels and annotations only (what a Service gives a target).
+fn slim_meta(obj: Value) -> Value {
+    let mut meta = serde_json::Map::new();
+    if let Some(Value::Object(m)) = obj.get("metadata") {
+        for k in ["name", "namespace", "labels", "annotations"] {
+            if let Some(v) = m.get(k) {
+                meta.insert(k.to_string(), v.clone());
+            }
+        }
+    }
+    serde_json::json!({ "metadata": meta })
 }
 
 fn object_key(obj: &Value) -> String {
@@ -490,19 +536,27 @@ pub fn pod_group(pod: &Value) -> TargetGroup {
     g
 }
 
-/// The container labels of a target at container `c`'s port `port` (Prometheus' names).
-fn container_port_labels(c: &Value, init: bool, port: &Value, t: &mut BTreeMap<String, String>) {
+/// The container labels of an endpoints target at container `c`'s port `port`, with `protocol`
+/// (as Prometheus: the endpoint port's for a port an endpoint uses, else the container port's).
+fn container_port_labels(c: &Value, init: bool, port: &Value, protocol: &str, t: &mut BTreeMap<String, String>) {
     let p = "__meta_kubernetes_pod";
     t.insert(format!("{p}_container_name"), s(c, &["name"]).to_string());
     t.insert(format!("{p}_container_image"), s(c, &["image"]).to_string());
     t.insert(format!("{p}_container_init"), init.to_string());
     t.insert(format!("{p}_container_port_name"), s(port, &["name"]).to_string());
     t.insert(format!("{p}_container_port_number"), port.get("containerPort").map(number).unwrap_or_default());
-    let proto = s(port, &["protocol"]);
-    t.insert(format!("{p}_container_port_protocol"), if proto.is_empty() { "TCP" } else { proto }.to_string());
+    t.insert(format!("{p}_container_port_protocol"), protocol.to_string());
 }
 
-/// Every declared container port of a pod: (container, is init, port).
+/// A port's protocol (the API server's default, `TCP`, when absent).
+fn protocol(port: &Value) -> &str {
+    match s(port, &["protocol"]) {
+        "" => "TCP",
+        p => p,
+    }
+}
+
+/// Every declared container port of a pod: (container, is init, port), containers first.
 fn container_ports(pod: &Value) -> Vec<(&Value, bool, &Value)> {
     let mut out = Vec::new();
     for (field, init) in [("containers", false), ("initContainers", true)] {
@@ -515,70 +569,64 @@ fn container_ports(pod: &Value) -> Vec<(&Value, bool, &Value)> {
     out
 }
 
-/// An Endpoints object's target group, as Prometheus' endpoints role builds it without pods.
-pub fn endpoints_group(ep: &Value) -> TargetGroup {
-    endpoints_group_with(ep, &BTreeMap::new())
+/// A Service's labels as the endpoints role attaches them to its Endpoints' group.
+fn service_labels(svc: &Value, out: &mut BTreeMap<String, String>) {
+    out.insert("__meta_kubernetes_service_name".to_string(), s(svc, &["metadata", "name"]).to_string());
+    meta_maps(svc, "__meta_kubernetes_service", out);
 }
 
-/// An Endpoints object's target group, as Prometheus' endpoints role builds it: `pods` (keyed
-/// `namespace/name`) give the pod and container labels of addresses targeting a pod.
-pub fn endpoints_group_with(ep: &Value, pods: &BTreeMap<String, Value>) -> TargetGroup {
+/// An Endpoints object's target group, as Prometheus' endpoints role builds it: `pods` and
+/// `services` (keyed `namespace/name`) give the pod and container labels of addresses whose
+/// `targetRef` is a pod, and the labels of the Service of the same name.
+pub fn endpoints_group(ep: &Value, pods: &BTreeMap<String, Value>, services: &BTreeMap<String, Value>) -> TargetGroup {
     let ns = s(ep, &["metadata", "namespace"]);
     let name = s(ep, &["metadata", "name"]);
     let mut labels = BTreeMap::new();
     labels.insert("__meta_kubernetes_namespace".to_string(), ns.to_string());
     labels.insert("__meta_kubernetes_endpoints_name".to_string(), name.to_string());
-    meta_maps(ep, "__meta_kubernetes_endpoints", &mut labels);
-    // The Service of the same name; its labels as the endpoints controller copied them.
-    labels.insert("__meta_kubernetes_service_name".to_string(), name.to_string());
-    if let Some(m) = ep.pointer("/metadata/labels").and_then(Value::as_object) {
-        for (k, v) in m {
-            let n = sanitize(k);
-            labels.insert(format!("__meta_kubernetes_service_label_{n}"), v.as_str().unwrap_or("").to_string());
-            labels.insert(format!("__meta_kubernetes_service_labelpresent_{n}"), "true".into());
-        }
+    if let Some(svc) = services.get(&format!("{ns}/{name}")) {
+        service_labels(svc, &mut labels);
     }
+    meta_maps(ep, "__meta_kubernetes_endpoints", &mut labels);
     labels.retain(|_, v| !v.is_empty());
     let mut g = TargetGroup { source: format!("endpoints/{ns}/{name}"), targets: Vec::new(), labels };
     let e = "__meta_kubernetes_endpoint";
-    // Pods seen in this object, and which of their (port number, protocol) an endpoint names.
-    let mut seen: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    // Pods seen in this object, and the port numbers its endpoint ports use on them.
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for subset in ep.get("subsets").and_then(Value::as_array).into_iter().flatten() {
-        let ports = subset.get("ports").and_then(Value::as_array).cloned().unwrap_or_default();
-        for (field, ready) in [("addresses", "true"), ("notReadyAddresses", "false")] {
-            for addr in subset.get(field).and_then(Value::as_array).into_iter().flatten() {
-                let pod = (s(addr, &["targetRef", "kind"]) == "Pod")
-                    .then(|| {
-                        let pns = s(addr, &["targetRef", "namespace"]);
-                        let key =
-                            format!("{}/{}", if pns.is_empty() { ns } else { pns }, s(addr, &["targetRef", "name"]));
-                        pods.get(&key).map(|p| (key, p))
-                    })
-                    .flatten();
-                for port in &ports {
-                    let num = port.get("port").map(number).unwrap_or_default();
-                    let proto = s(port, &["protocol"]);
-                    let proto = if proto.is_empty() { "TCP" } else { proto };
+        for port in subset.get("ports").and_then(Value::as_array).into_iter().flatten() {
+            let num = port.get("port").map(number).unwrap_or_default();
+            let proto = protocol(port);
+            for (field, ready) in [("addresses", "true"), ("notReadyAddresses", "false")] {
+                for addr in subset.get(field).and_then(Value::as_array).into_iter().flatten() {
                     let mut t = BTreeMap::new();
                     t.insert("__address__".to_string(), join_host_port(s(addr, &["ip"]), &num));
                     t.insert(format!("{e}_port_name"), s(port, &["name"]).to_string());
                     t.insert(format!("{e}_port_protocol"), proto.to_string());
                     t.insert(format!("{e}_ready"), ready.to_string());
-                    t.insert(format!("{e}_hostname"), s(addr, &["hostname"]).to_string());
-                    t.insert(format!("{e}_node_name"), s(addr, &["nodeName"]).to_string());
                     t.insert(format!("{e}_address_target_kind"), s(addr, &["targetRef", "kind"]).to_string());
                     t.insert(format!("{e}_address_target_name"), s(addr, &["targetRef", "name"]).to_string());
-                    if let Some((key, pod)) = &pod {
+                    t.insert(format!("{e}_node_name"), s(addr, &["nodeName"]).to_string());
+                    t.insert(format!("{e}_hostname"), s(addr, &["hostname"]).to_string());
+                    let pod = (s(addr, &["targetRef", "kind"]) == "Pod")
+                        .then(|| {
+                            let pns = match s(addr, &["targetRef", "namespace"]) {
+                                "" => ns,
+                                other => other,
+                            };
+                            let key = format!("{pns}/{}", s(addr, &["targetRef", "name"]));
+                            pods.get(&key).map(|p| (key, p))
+                        })
+                        .flatten();
+                    if let Some((key, pod)) = pod {
                         t.extend(pod_labels(pod));
-                        let found = container_ports(pod).into_iter().find(|(_, _, cp)| {
-                            cp.get("containerPort").map(number).unwrap_or_default() == num
-                                && (s(cp, &["protocol"]) == proto
-                                    || (s(cp, &["protocol"]).is_empty() && proto == "TCP"))
-                        });
+                        let found = container_ports(pod)
+                            .into_iter()
+                            .find(|(_, _, cp)| cp.get("containerPort").map(number).unwrap_or_default() == num);
                         if let Some((c, init, cp)) = found {
-                            container_port_labels(c, init, cp, &mut t);
+                            container_port_labels(c, init, cp, proto, &mut t);
                         }
-                        seen.entry(key.clone()).or_default().push((num.clone(), proto.to_string()));
+                        seen.entry(key).or_default().push(num.clone());
                     }
                     t.retain(|_, v| !v.is_empty());
                     g.targets.push(t);
@@ -586,7 +634,7 @@ pub fn endpoints_group_with(ep: &Value, pods: &BTreeMap<String, Value>) -> Targe
             }
         }
     }
-    // Container ports of those pods that no endpoint port names: targets of their own.
+    // Container ports of those pods that no endpoint port uses: targets of their own.
     for (key, used) in &seen {
         let Some(pod) = pods.get(key) else { continue };
         let ip = s(pod, &["status", "podIP"]);
@@ -595,16 +643,12 @@ pub fn endpoints_group_with(ep: &Value, pods: &BTreeMap<String, Value>) -> Targe
         }
         for (c, init, cp) in container_ports(pod) {
             let num = cp.get("containerPort").map(number).unwrap_or_default();
-            let proto = match s(cp, &["protocol"]) {
-                "" => "TCP",
-                p => p,
-            };
-            if used.iter().any(|(n, p)| *n == num && p == proto) {
+            if used.contains(&num) {
                 continue;
             }
             let mut t = pod_labels(pod);
             t.insert("__address__".to_string(), join_host_port(ip, &num));
-            container_port_labels(c, init, cp, &mut t);
+            container_port_labels(c, init, cp, protocol(cp), &mut t);
             t.retain(|_, v| !v.is_empty());
             g.targets.push(t);
         }
@@ -613,7 +657,8 @@ pub fn endpoints_group_with(ep: &Value, pods: &BTreeMap<String, Value>) -> Targe
 }
 
 /// Runs discovery until cancelled: one list + watch per namespace (or one for all); role
-/// endpoints also lists and watches the pods of the same namespaces.
+/// endpoints also lists and watches the pods and services of the same namespaces. The first
+/// publication waits for every list.
 pub async fn run(
     cfg: KubernetesSdConfig,
     role: Role,
@@ -623,29 +668,38 @@ pub async fn run(
     ctx: SdContext,
     cancel: CancellationToken,
 ) {
+    let scopes: Vec<Option<&str>> =
+        if namespaces.is_empty() { vec![None] } else { namespaces.iter().map(|n| Some(n.as_str())).collect() };
+    let watches: Vec<(&str, Query, Kind)> = match role {
+        Role::Pod => vec![("pods", cfg.selector_query("pod"), Kind::Main)],
+        Role::Endpoints => vec![
+            ("endpoints", cfg.selector_query("endpoints"), Kind::Main),
+            ("pods", cfg.selector_query("pod"), Kind::Pods),
+            ("services", cfg.selector_query("service"), Kind::Services),
+        ],
+    };
     let store = Arc::new(Store {
         role,
         groups: Mutex::new(BTreeMap::new()),
         endpoints: Mutex::new(BTreeMap::new()),
         pods: Mutex::new(BTreeMap::new()),
+        services: Mutex::new(BTreeMap::new()),
+        unlisted: AtomicUsize::new(scopes.len() * watches.len()),
         slot,
         ctx,
     });
-    let query: Vec<(String, String)> = cfg.selector_query().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-    let scopes: Vec<Option<&str>> =
-        if namespaces.is_empty() { vec![None] } else { namespaces.iter().map(|n| Some(n.as_str())).collect() };
     let conn = conn.shared();
     let mut tasks = Vec::new();
     for ns in scopes {
         let prefix = ns.map(|n| format!("{n}/"));
-        let mut watches = vec![(role.resource(), query.clone(), false)];
-        if role == Role::Endpoints {
-            // The selectors are the endpoints'; every pod of the namespace may be a target.
-            watches.push(("pods", Vec::new(), true));
-        }
-        for (resource, query, pods_of_endpoints) in watches {
-            let w = kube::Watch { path: kube::core_path(ns, resource), query };
-            let feed = Arc::new(Feed { store: store.clone(), pods_of_endpoints, prefix: prefix.clone() });
+        for (resource, query, kind) in &watches {
+            let w = kube::Watch { path: kube::core_path(ns, resource), query: query.clone() };
+            let feed = Arc::new(Feed {
+                store: store.clone(),
+                kind: *kind,
+                prefix: prefix.clone(),
+                listed: AtomicBool::new(false),
+            });
             tasks.push(tokio::spawn(w.run(conn.clone(), feed, cancel.clone())));
         }
     }
@@ -671,6 +725,130 @@ mod tests {
             vec!["selectors".to_string(), "0".into(), "role".into()]
         );
         assert!(c(serde_json::json!({"role": "endpoints", "namespaces": {"names": ["ml"]}})).is_ok());
+        let sel = |roles: &[&str]| {
+            let s: Vec<_> = roles.iter().map(|r| serde_json::json!({"role": r, "label": "a=b"})).collect();
+            c(serde_json::json!({"role": "endpoints", "selectors": s}))
+        };
+        assert!(sel(&["endpoints", "service", "pod"]).is_ok(), "role endpoints may select its services and pods");
+        assert_eq!(sel(&["service", "node"]).unwrap_err().0, vec!["selectors".to_string(), "1".into(), "role".into()]);
+        assert_eq!(sel(&["pod", "pod"]).unwrap_err().0, vec!["selectors".to_string(), "1".into(), "role".into()]);
+    }
+
+    const PODS: &str = include_str!("../../../tests/fixtures/k8s_pod_list.json");
+    const ENDPOINTS: &str = include_str!("../../../tests/fixtures/k8s_endpoints_list.json");
+    const SERVICES: &str = include_str!("../../../tests/fixtures/k8s_service_list.json");
+
+    fn items(list: &str) -> Vec<Value> {
+        let v: Value = serde_json::from_str(&list.replace("__PORT__", "8000")).unwrap();
+        v["items"].as_array().unwrap().clone()
+    }
+
+    fn keyed(objects: Vec<Value>) -> BTreeMap<String, Value> {
+        objects.into_iter().map(|o| (object_key(&o), o)).collect()
+    }
+
+    fn get<'a>(m: &'a BTreeMap<String, String>, k: &str) -> Option<&'a str> {
+        m.get(k).map(String::as_str)
+    }
+
+    #[test]
+    fn endpoints_targets_carry_service_pod_and_container_labels() {
+        let eps = items(ENDPOINTS);
+        let pods = keyed(items(PODS).into_iter().map(slim_pod).collect());
+        let services = keyed(items(SERVICES).into_iter().map(slim_meta).collect());
+        let g = endpoints_group(&eps[0], &pods, &services);
+        assert_eq!(g.source, "endpoints/ml/vllm");
+        for (k, v) in [
+            ("__meta_kubernetes_namespace", "ml"),
+            ("__meta_kubernetes_endpoints_name", "vllm"),
+            ("__meta_kubernetes_endpoints_label_app", "vllm"),
+            ("__meta_kubernetes_endpoints_annotationpresent_endpoints_kubernetes_io_last_change_trigger_time", "true"),
+            ("__meta_kubernetes_service_name", "vllm"),
+            ("__meta_kubernetes_service_label_app", "vllm"),
+            ("__meta_kubernetes_service_label_tier", "inference"),
+            ("__meta_kubernetes_service_labelpresent_app_kubernetes_io_name", "true"),
+            ("__meta_kubernetes_service_annotation_prometheus_io_scrape", "true"),
+            ("__meta_kubernetes_service_annotationpresent_prometheus_io_scrape", "true"),
+        ] {
+            assert_eq!(get(&g.labels, k), Some(v), "{k}: {:?}", g.labels);
+        }
+        // Per port, ready addresses then not-ready ones; no container port of the pod is left over.
+        let addrs: Vec<&str> = g.targets.iter().map(|t| t["__address__"].as_str()).collect();
+        assert_eq!(addrs, ["127.0.0.1:8000", "127.0.0.2:8000", "127.0.0.1:50051", "127.0.0.2:50051"]);
+        let t = &g.targets[0];
+        for (k, v) in [
+            ("__meta_kubernetes_endpoint_ready", "true"),
+            ("__meta_kubernetes_endpoint_port_name", "http"),
+            ("__meta_kubernetes_endpoint_port_protocol", "TCP"),
+            ("__meta_kubernetes_endpoint_node_name", "gpu-node-1"),
+            ("__meta_kubernetes_endpoint_address_target_kind", "Pod"),
+            ("__meta_kubernetes_endpoint_address_target_name", "vllm-7d9f8b6c5-x2x7k"),
+            ("__meta_kubernetes_pod_name", "vllm-7d9f8b6c5-x2x7k"),
+            ("__meta_kubernetes_pod_ip", "127.0.0.1"),
+            ("__meta_kubernetes_pod_node_name", "gpu-node-1"),
+            ("__meta_kubernetes_pod_label_app", "vllm"),
+            ("__meta_kubernetes_pod_ready", "true"),
+            ("__meta_kubernetes_pod_controller_kind", "ReplicaSet"),
+            ("__meta_kubernetes_pod_container_name", "vllm"),
+            ("__meta_kubernetes_pod_container_image", "vllm/vllm-openai:v0.8.5"),
+            ("__meta_kubernetes_pod_container_init", "false"),
+            ("__meta_kubernetes_pod_container_port_name", "http"),
+            ("__meta_kubernetes_pod_container_port_number", "8000"),
+            ("__meta_kubernetes_pod_container_port_protocol", "TCP"),
+        ] {
+            assert_eq!(get(t, k), Some(v), "{k}: {t:?}");
+        }
+        // Not ready, referring to a pod that is not (yet) known: endpoint labels only.
+        let t = &g.targets[1];
+        assert_eq!(get(t, "__meta_kubernetes_endpoint_ready"), Some("false"));
+        assert_eq!(get(t, "__meta_kubernetes_endpoint_node_name"), Some("gpu-node-2"));
+        assert_eq!(get(t, "__meta_kubernetes_endpoint_address_target_name"), Some("vllm-7d9f8b6c5-b4n9m"));
+        assert!(!t.keys().any(|k| k.starts_with("__meta_kubernetes_pod_")), "{t:?}");
+        // The pod is known but declares no container port 50051: pod labels, no container labels.
+        let t = &g.targets[2];
+        assert_eq!(get(t, "__meta_kubernetes_pod_name"), Some("vllm-7d9f8b6c5-x2x7k"));
+        assert_eq!(get(t, "__meta_kubernetes_endpoint_port_name"), Some("grpc"));
+        assert!(!t.keys().any(|k| k.starts_with("__meta_kubernetes_pod_container")), "{t:?}");
+
+        // Without its Service, no service labels, whatever the Endpoints object's labels say.
+        let g = endpoints_group(&eps[0], &pods, &BTreeMap::new());
+        assert!(!g.labels.keys().any(|k| k.starts_with("__meta_kubernetes_service")), "{:?}", g.labels);
+        let g = endpoints_group(&eps[2], &pods, &services);
+        assert_eq!(get(&g.labels, "__meta_kubernetes_endpoints_label_app"), Some("vllm"));
+        assert!(!g.labels.keys().any(|k| k.starts_with("__meta_kubernetes_service")), "{:?}", g.labels);
+        assert_eq!(g.targets.len(), 1);
+        assert!(!g.targets[0].contains_key("__meta_kubernetes_endpoint_address_target_kind"));
+        // redis: its own Service and pod.
+        let g = endpoints_group(&eps[1], &pods, &services);
+        assert_eq!(get(&g.labels, "__meta_kubernetes_service_label_app"), Some("redis"));
+        assert_eq!(get(&g.targets[0], "__meta_kubernetes_pod_container_name"), Some("redis"));
+    }
+
+    #[test]
+    fn unused_container_ports_of_a_referenced_pod_are_targets() {
+        let pod = serde_json::json!({"metadata": {"name": "p", "namespace": "ns", "labels": {"app": "x"}},
+            "spec": {"nodeName": "n1",
+                "containers": [{"name": "a", "image": "img", "ports": [
+                    {"name": "web", "containerPort": 80, "protocol": "TCP"},
+                    {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]}],
+                "initContainers": [{"name": "i", "image": "init", "ports": [{"containerPort": 9999}]}]},
+            "status": {"podIP": "10.1.1.1", "phase": "Running"}});
+        let ep = serde_json::json!({"metadata": {"name": "svc", "namespace": "ns"},
+            "subsets": [{"addresses": [{"ip": "10.1.1.1", "targetRef": {"kind": "Pod", "name": "p", "namespace": "ns"}}],
+                         "ports": [{"name": "web", "port": 80, "protocol": "TCP"}]}]});
+        let pods = keyed(vec![slim_pod(pod)]);
+        let g = endpoints_group(&ep, &pods, &BTreeMap::new());
+        let addrs: Vec<&str> = g.targets.iter().map(|t| t["__address__"].as_str()).collect();
+        assert_eq!(addrs, ["10.1.1.1:80", "10.1.1.1:9090", "10.1.1.1:9999"]);
+        assert_eq!(get(&g.targets[0], "__meta_kubernetes_pod_container_port_name"), Some("web"));
+        let t = &g.targets[1];
+        assert_eq!(get(t, "__meta_kubernetes_pod_container_port_name"), Some("metrics"));
+        assert_eq!(get(t, "__meta_kubernetes_pod_name"), Some("p"));
+        assert_eq!(get(t, "__meta_kubernetes_pod_label_app"), Some("x"));
+        assert!(!t.keys().any(|k| k.starts_with("__meta_kubernetes_endpoint_")), "not an endpoint: {t:?}");
+        let t = &g.targets[2];
+        assert_eq!(get(t, "__meta_kubernetes_pod_container_init"), Some("true"));
+        assert_eq!(get(t, "__meta_kubernetes_pod_container_port_protocol"), Some("TCP"));
     }
 
     #[test]
