@@ -37,7 +37,8 @@ def _spread_long_tests(config, items) -> None:
     workers (worker i gets the next `remaining // (workers - i)` items), the longest first, so
     that they start at once on different workers instead of queueing behind each other. Every
     worker collects the same order: the order depends only on the items and the worker count."""
-    workers = getattr(config.option, "numprocesses", None)
+    # Workers collect (the controller does not); xdist gives each the worker count.
+    workers = getattr(config, "workerinput", {}).get("workercount")
     if not isinstance(workers, int) or workers < 2:
         return
     long_items = sorted((i for i in items if i.get_closest_marker("long")),
