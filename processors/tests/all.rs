@@ -7,6 +7,7 @@ mod filter;
 mod gpu_enrich;
 mod kv_pressure;
 mod llm_signals;
+mod llm_signals_servers;
 mod pod_identity;
 mod slo;
 mod slo_openslo;

@@ -127,3 +127,15 @@ async fn kv_pressure_preempts_and_engine_errors_reach_clients() {
     assert_eq!(errors.value, 2.0);
     server.shutdown().await;
 }
+
+#[test]
+fn vllm_version_key_quoted_or_not() {
+    use inferwatch_sim::server::{SimConfig, VllmVersion};
+    assert_eq!(SimConfig::parse("vllm_version: \"0.10\"\n").unwrap().vllm_version, Some(VllmVersion::V0_10));
+    // an unquoted 0.10 is the YAML float 0.1
+    assert_eq!(SimConfig::parse("vllm_version: 0.10\n").unwrap().vllm_version, Some(VllmVersion::V0_10));
+    assert_eq!(SimConfig::parse("vllm_version: \"0.33\"\n").unwrap().vllm_version, Some(VllmVersion::V0_33));
+    assert_eq!(SimConfig::parse("median_output_tokens: 5\n").unwrap().vllm_version, None);
+    let err = SimConfig::parse("vllm_version: \"0.6\"\n").unwrap_err();
+    assert!(err.contains("0.6"), "{err}");
+}

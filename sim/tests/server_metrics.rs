@@ -66,7 +66,7 @@ async fn metrics_match_the_reference_table_and_the_traffic() {
     assert_eq!(status, 200);
     let idle = parse_exposition(&text);
     assert_eq!(idle.value("vllm:num_requests_running"), 0.0);
-    assert_eq!(idle.named("vllm:request_success_total").count(), 4);
+    assert_eq!(idle.named("vllm:request_success_total").count(), 5);
 
     // traffic: 3 chat + 2 completions, with known token counts
     let mut completion = 0u64;
@@ -129,7 +129,7 @@ async fn metrics_match_the_reference_table_and_the_traffic() {
     }
     let reasons: Vec<&str> =
         e.named("vllm:request_success_total").map(|s| s.label("finished_reason").unwrap()).collect();
-    assert_eq!(reasons, vec!["stop", "length", "abort", "error"]);
+    assert_eq!(reasons, vec!["stop", "length", "abort", "error", "repetition"]);
     let finished: f64 = e.named("vllm:request_success_total").map(|s| s.value).sum();
     assert_eq!(finished, 5.0);
     assert_eq!(e.value("vllm:generation_tokens_total"), completion as f64, "generation tokens = usage");

@@ -76,6 +76,15 @@ REQUIRED = {
     "vllm:request_params_n": ("histogram", BASE, PARAMS_N),
     "vllm:request_prefill_kv_computed_tokens": ("histogram", BASE, TOKENS),
     "vllm:iteration_tokens_total": ("histogram", BASE, ITERATION),
+    # vLLM 0.33 defaults (tests/fixtures/servers/vllm-0.33.0.metrics.json)
+    "vllm:num_requests_waiting_by_reason": ("gauge", BASE + ("reason",), None),
+    "vllm:prompt_tokens_by_source_total": ("counter", BASE + ("source",), None),
+    "vllm:prompt_tokens_cached_total": ("counter", BASE, None),
+    "vllm:prompt_tokens_cached_by_source_total": ("counter", BASE + ("source",), None),
+    "vllm:request_num_preemptions": ("histogram", BASE, [1, 2, 3, 4, 5, 10, 20]),
+    "vllm:estimated_flops_per_gpu_total": ("counter", BASE, None),
+    "vllm:estimated_read_bytes_per_gpu_total": ("counter", BASE, None),
+    "vllm:estimated_write_bytes_per_gpu_total": ("counter", BASE, None),
 }
 # Exposed only with a feature (LoRA, sleep mode, KV connector, multimodal, spec decode, NaN
 # checks, --kv-cache-metrics, NIXL): allowed, and then typed and labelled as in vLLM.
@@ -95,7 +104,8 @@ OPTIONAL = {
     "vllm:kv_block_reuse_gap_seconds": ("histogram", BASE, KV_RESIDENCY),
 }
 # Label-less of model_name: checked on their own.
-SPECIAL = {"vllm:cache_config_info", "vllm:lora_requests_info"}
+SPECIAL = {"vllm:cache_config_info", "vllm:lora_requests_info",
+           "vllm:admission_rejections_total"}  # the last has `model_name, reason`, no `engine`
 # §2.7: removed or V0-only names a V1 server of this vintage no longer exposes.
 GONE = ["vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_hits",
         "vllm:time_per_output_token_seconds", "vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc",
@@ -245,7 +255,7 @@ def test_names_types_labels_buckets_match_reference(sims):
             problems.append(f"{n}: type {fams[n].type}, prometheus_client writes gauge")
     # success counter: one child per finished reason
     reasons = {lab.get("finished_reason") for _, lab, _ in fams["vllm:request_success_total"].samples}
-    if not {"stop", "length"} <= reasons <= {"stop", "length", "abort", "error"}:
+    if not {"stop", "length"} <= reasons <= {"stop", "length", "abort", "error", "repetition"}:
         problems.append(f"vllm:request_success_total finished_reason values {sorted(reasons)}")
     # the info gauge: config fields as labels, value 1; the only place num_gpu_blocks appears
     info = fams.get("vllm:cache_config_info")

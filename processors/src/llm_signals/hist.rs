@@ -146,6 +146,25 @@ pub fn histogram_quantile(q: f64, bounds: &[f64], counts: &[u64]) -> Option<f64>
     Some(start + (end - start) * ((rank - below) / in_bucket))
 }
 
+/// The window quantile of a scraped histogram delta: [`histogram_quantile`], except when every
+/// observation fell into **one** bucket. Interpolation there only restates the bucket's bounds
+/// (vLLM's first request-latency bucket is (0, 0.3 s]: a queue time of 6 ms would read 0.15 s),
+/// so every quantile is then the window's mean `sum / count`, clamped to that bucket
+/// (`[lower, upper]`, the lowest bucket starting at 0, the `+Inf` bucket unbounded above).
+/// Without a finite, non-negative `sum` it falls back to [`histogram_quantile`].
+pub fn window_quantile(q: f64, bounds: &[f64], counts: &[u64], sum: Option<f64>) -> Option<f64> {
+    let interpolated = histogram_quantile(q, bounds, counts)?;
+    let mut occupied = counts.iter().enumerate().filter(|(_, c)| **c > 0);
+    let (Some((i, &n)), None) = (occupied.next(), occupied.next()) else { return Some(interpolated) };
+    let Some(sum) = sum.filter(|s| s.is_finite() && *s >= 0.0) else { return Some(interpolated) };
+    let lower = match i.checked_sub(1).and_then(|j| bounds.get(j)) {
+        Some(b) => *b,
+        None => bounds.first().map_or(0.0, |b| b.min(0.0)),
+    };
+    let upper = bounds.get(i).copied().unwrap_or(f64::INFINITY);
+    Some((sum / n as f64).max(lower).min(upper))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +190,29 @@ mod tests {
         assert_eq!(histogram_quantile(0.5, &b, &[0, 0, 0]), None);
         assert_eq!(histogram_quantile(1.5, &b, &[1, 0, 0]), None);
         assert_eq!(histogram_quantile(0.5, &b, &[1, 0]), None);
+    }
+
+    #[test]
+    fn one_bucket_windows_report_the_clamped_mean() {
+        // vLLM 0.33's request-latency buckets start at 0.3 s: 100 queue times, mean 5.9 ms.
+        let b = [0.3, 0.5, 0.8];
+        for q in [0.5, 0.95, 0.99] {
+            let v = window_quantile(q, &b, &[100, 0, 0, 0], Some(0.5914887)).unwrap();
+            assert!((v - 0.005914887).abs() < 1e-12, "q {q}: {v}");
+        }
+        assert_eq!(histogram_quantile(0.5, &b, &[100, 0, 0, 0]), Some(0.15), "what interpolation says");
+        // A mean outside the bucket (an inconsistent sum) is clamped to it.
+        assert_eq!(window_quantile(0.5, &b, &[0, 4, 0, 0], Some(0.4)), Some(0.3));
+        assert_eq!(window_quantile(0.5, &b, &[0, 4, 0, 0], Some(4.0)), Some(0.5));
+        // The +Inf bucket: the mean, at least the highest bound (interpolation: the bound).
+        assert_eq!(window_quantile(0.99, &b, &[0, 0, 0, 2], Some(3.0)), Some(1.5));
+        assert_eq!(window_quantile(0.99, &b, &[0, 0, 0, 2], Some(1.0)), Some(0.8));
+        // Two buckets: interpolation as before; no sum: interpolation.
+        assert_eq!(window_quantile(0.5, &b, &[1, 1, 0, 0], Some(0.5)), histogram_quantile(0.5, &b, &[1, 1, 0, 0]));
+        assert_eq!(window_quantile(0.5, &b, &[4, 0, 0, 0], None), Some(0.15));
+        assert_eq!(window_quantile(0.5, &b, &[4, 0, 0, 0], Some(f64::NAN)), Some(0.15));
+        assert_eq!(window_quantile(0.5, &b, &[0, 0, 0, 0], Some(1.0)), None);
+        // A first bound at 0 (SGLang's queue time): that bucket holds only 0.
+        assert_eq!(window_quantile(0.5, &[0.0, 0.001], &[3, 0, 0], Some(0.0)), Some(0.0));
     }
 }

@@ -1,5 +1,5 @@
 //! Connector `llm_signals`: LLM golden signals from request spans (traces → metrics) and from
-//! scraped vLLM / TGI metrics (metrics → metrics), per (model, version, instance).
+//! scraped vLLM / SGLang / TGI metrics (metrics → metrics), per (model, version, instance).
 //!
 //! An Arrow processor run as a connector by [`inferwatch_core::arrow::stage::build_connector`]:
 //! it reads the spans or metrics schema and emits only its derived metrics. Windows are
@@ -29,8 +29,8 @@ use state::{Params, RestoreError, Skip, State};
 use std::time::Duration;
 
 /// Version of the checkpoint format written by [`LlmSignals`] (2: group keys hold identity
-/// attributes; 3: and `service.name`).
-pub const STATE_VERSION: u32 = 3;
+/// attributes; 3: and `service.name`; 4: scrape windows hold histogram sums).
+pub const STATE_VERSION: u32 = 4;
 
 /// Default `identity_attributes`: the pod identity `resourcedetection` / `k8s_attributes` set.
 pub const DEFAULT_IDENTITY: [&str; 3] = ["k8s.namespace.name", "k8s.pod.name", "k8s.node.name"];

@@ -1,6 +1,11 @@
-//! Scraped vLLM / TGI metrics → typed samples (as the `prometheus` receiver produces them).
+//! Scraped vLLM / SGLang / TGI metrics → typed samples (as the `prometheus` receiver produces them).
 //!
-//! Names keep vLLM's colons; a counter is accepted with or without its `_total` suffix. Gauges
+//! Names keep vLLM's and SGLang's colons; a counter is accepted with or without its `_total`
+//! suffix. Which reading a server gets follows from the families its exposition contains (see
+//! `tests/fixtures/servers/README.md`): vLLM ≥ 0.11 exposes `request_time_per_output_token_seconds`
+//! (per-request TPOT), vLLM ≤ 0.10 and V0 only `time_per_output_token_seconds` (per-token
+//! intervals, read as TPOT when the former is absent from the window, see [`Role::LatencyFallback`]);
+//! V0 has `gpu_cache_usage_perc` instead of `kv_cache_usage_perc`. Gauges
 //! may be gauges or sums; counters must be cumulative sums; histograms cumulative classic
 //! histograms. Anything else (other names, kinds or temporalities) is skipped.
 
@@ -29,6 +34,12 @@ pub enum GaugeRole {
     Waiting,
     /// Requests running.
     Running,
+    /// A prefix-cache hit-rate gauge (SGLang `cache_hit_rate`, vLLM V0 `gpu_prefix_cache_hit_rate`):
+    /// used when the hit and query counters are absent; negative values (V0: caching off) are skipped.
+    PrefixHitRate,
+    /// A deprecated KV-cache usage name (`vllm:gpu_cache_usage_perc`): used when the group's window
+    /// has no [`GaugeRole::KvUsage`].
+    KvUsageLegacy,
 }
 
 /// A signal computed as a rate of increase.
@@ -48,6 +59,12 @@ pub enum RateRole {
     RequestsOk,
     /// Requests failed or aborted.
     RequestsErr,
+    /// Every request, failed ones included (SGLang `num_requests_total`): when present, the
+    /// request rate and the error rate's denominator.
+    RequestsAll,
+    /// Requests finished with another outcome, neither ok nor failed (vLLM `finished_reason`
+    /// `repetition`, or one this table does not know): counted as requests, not as errors.
+    RequestsOther,
 }
 
 /// What a recognised scraped series measures.
@@ -59,6 +76,10 @@ pub enum Role {
     Counter(RateRole),
     /// A cumulative latency histogram: quantiles of its window delta.
     Latency(Lat),
+    /// A latency histogram read for its signal only when no [`Role::Latency`] histogram of the
+    /// same signal is in the group's window (vLLM ≤ 0.10's per-token `time_per_output_token_seconds`
+    /// as TPOT).
+    LatencyFallback(Lat),
     /// A cumulative histogram whose sum's rate is the signal (TGI token histograms).
     HistSum(RateRole),
 }
@@ -66,15 +87,21 @@ pub enum Role {
 /// Gauges: exposed name → role.
 pub const GAUGES: &[(&str, GaugeRole)] = &[
     ("vllm:kv_cache_usage_perc", GaugeRole::KvUsage),
-    ("vllm:gpu_cache_usage_perc", GaugeRole::KvUsage),
+    ("vllm:gpu_cache_usage_perc", GaugeRole::KvUsageLegacy),
     ("vllm:num_requests_waiting", GaugeRole::Waiting),
     ("vllm:num_requests_running", GaugeRole::Running),
+    ("vllm:gpu_prefix_cache_hit_rate", GaugeRole::PrefixHitRate),
+    ("sglang:token_usage", GaugeRole::KvUsage),
+    ("sglang:num_queue_reqs", GaugeRole::Waiting),
+    ("sglang:num_running_reqs", GaugeRole::Running),
+    ("sglang:cache_hit_rate", GaugeRole::PrefixHitRate),
     ("tgi_queue_size", GaugeRole::Waiting),
     ("tgi_batch_current_size", GaugeRole::Running),
 ];
 
 /// Counters: registered name (the `_total` suffix is optional) → role. `vllm:request_success`
-/// becomes [`RateRole::RequestsErr`] when its `finished_reason` is `abort` or `error`.
+/// becomes [`RateRole::RequestsErr`] when its `finished_reason` is `abort` or `error`, and
+/// [`RateRole::RequestsOther`] for any reason but `stop` and `length` (`repetition`).
 pub const COUNTERS: &[(&str, RateRole)] = &[
     ("vllm:num_preemptions", RateRole::Preemptions),
     ("vllm:prefix_cache_queries", RateRole::PrefixQueries),
@@ -84,6 +111,11 @@ pub const COUNTERS: &[(&str, RateRole)] = &[
     ("vllm:generation_tokens", RateRole::OutputTokens),
     ("vllm:prompt_tokens", RateRole::InputTokens),
     ("vllm:request_success", RateRole::RequestsOk),
+    ("sglang:prompt_tokens", RateRole::InputTokens),
+    ("sglang:generation_tokens", RateRole::OutputTokens),
+    ("sglang:num_requests", RateRole::RequestsAll),
+    ("sglang:num_aborted_requests", RateRole::RequestsErr),
+    ("sglang:num_retracted_requests", RateRole::Preemptions),
     ("tgi_request_success", RateRole::RequestsOk),
     ("tgi_request_failure", RateRole::RequestsErr),
 ];
@@ -94,6 +126,11 @@ pub const HISTOGRAMS: &[(&str, Role)] = &[
     ("vllm:request_time_per_output_token_seconds", Role::Latency(Lat::Tpot)),
     ("vllm:e2e_request_latency_seconds", Role::Latency(Lat::E2e)),
     ("vllm:request_queue_time_seconds", Role::Latency(Lat::Queue)),
+    ("vllm:time_per_output_token_seconds", Role::LatencyFallback(Lat::Tpot)),
+    ("sglang:time_to_first_token_seconds", Role::Latency(Lat::Ttft)),
+    ("sglang:request_time_per_output_token_seconds", Role::Latency(Lat::Tpot)),
+    ("sglang:e2e_request_latency_seconds", Role::Latency(Lat::E2e)),
+    ("sglang:queue_time_seconds", Role::Latency(Lat::Queue)),
     ("tgi_request_duration", Role::Latency(Lat::E2e)),
     ("tgi_request_queue_duration", Role::Latency(Lat::Queue)),
     ("tgi_request_mean_time_per_token_duration", Role::Latency(Lat::Tpot)),
@@ -245,7 +282,9 @@ impl<'a> ScrapeReader<'a> {
             Role::Counter(_) if kind == schema::kind::SUM && self.cumulative(row) => {
                 self.number(row).filter(|v| *v >= 0.0).map(SampleValue::Number)
             }
-            Role::Latency(_) | Role::HistSum(_) if kind == schema::kind::HISTOGRAM && self.cumulative(row) => {
+            Role::Latency(_) | Role::LatencyFallback(_) | Role::HistSum(_)
+                if kind == schema::kind::HISTOGRAM && self.cumulative(row) =>
+            {
                 self.histogram(row).map(SampleValue::Hist)
             }
             _ => None,
@@ -261,11 +300,12 @@ impl<'a> ScrapeReader<'a> {
                 _ => None,
             })
         };
-        if role == Role::Counter(RateRole::RequestsOk)
-            && name.starts_with("vllm:")
-            && label("finished_reason").is_some_and(|r| r == "abort" || r == "error")
-        {
-            role = Role::Counter(RateRole::RequestsErr);
+        if role == Role::Counter(RateRole::RequestsOk) && name.starts_with("vllm:") {
+            role = Role::Counter(match label("finished_reason").as_deref() {
+                Some("abort" | "error") => RateRole::RequestsErr,
+                Some("stop" | "length") | None => RateRole::RequestsOk,
+                Some(_) => RateRole::RequestsOther,
+            });
         }
         let time = self.times.value(row) as u64;
         let start = self.starts.filter(|s| s.is_valid(row)).map_or(0, |s| s.value(row) as u64);

@@ -5,7 +5,7 @@
 //! flush interval `[j·f, (j+1)·f)`; a window is emitted when the watermark reaches its end, a
 //! cumulative histogram at flush boundary `b` holds exactly the requests with `t < b`.
 
-use super::hist::{FixedHist, Lat, histogram_quantile};
+use super::hist::{FixedHist, Lat, window_quantile};
 use super::model::GroupKey;
 use super::output::{Emitter, Out, Pct, Value};
 use super::scraped::{GaugeRole, HistPoint, RateRole, Role, Sample, SampleValue};
@@ -269,8 +269,20 @@ struct ScrapeWindow {
     gauges: BTreeMap<(GaugeRole, u64), (u64, f64)>,
     /// Increase and the time it covers (ns) per counter series.
     rates: BTreeMap<(RateRole, u64), (f64, u64)>,
-    /// Summed bucket increases per latency signal: (bounds, per-bucket counts).
-    hists: BTreeMap<Lat, (Vec<f64>, Vec<u64>)>,
+    /// Summed increases per latency signal.
+    hists: BTreeMap<Lat, WindowHist>,
+}
+
+/// The summed increases of a group's histograms of one latency signal in one window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct WindowHist {
+    bounds: Vec<f64>,
+    /// Per-bucket increases (`bounds.len() + 1`).
+    counts: Vec<u64>,
+    /// Increase of the sums.
+    sum: f64,
+    /// From a [`Role::LatencyFallback`] family (replaced by a [`Role::Latency`] one).
+    fallback: bool,
 }
 
 /// Scrape-derived state of a group.
@@ -325,7 +337,7 @@ impl ScrapeState {
                 *prev = SeriesPrev { time: s.time, start, value: v, hist: None };
                 add_rate(self.windows.entry(ws).or_default(), r, s.series, inc);
             }
-            (role @ (Role::Latency(_) | Role::HistSum(_)), SampleValue::Hist(h)) => {
+            (role @ (Role::Latency(_) | Role::LatencyFallback(_) | Role::HistSum(_)), SampleValue::Hist(h)) => {
                 let Some(old) = prev.hist.take().filter(|o| o.bounds == h.bounds) else {
                     // First histogram point of this shape: a new baseline.
                     *prev = SeriesPrev { time: s.time, start, value: h.sum, hist: Some(h) };
@@ -341,19 +353,31 @@ impl ScrapeState {
                 };
                 let win = self.windows.entry(ws).or_default();
                 match role {
-                    Role::Latency(lat) => match win.hists.entry(lat) {
-                        Entry::Vacant(v) => {
-                            v.insert((h.bounds.clone(), buckets));
-                        }
-                        Entry::Occupied(mut o) => {
-                            let (bounds, counts) = o.get_mut();
-                            if *bounds == h.bounds {
-                                counts.iter_mut().zip(&buckets).for_each(|(c, b)| *c += b);
-                            } else {
-                                tracing::debug!(series = s.series, "llm_signals: histogram bounds differ in a group");
+                    Role::Latency(lat) | Role::LatencyFallback(lat) => {
+                        let fallback = matches!(role, Role::LatencyFallback(_));
+                        let new = WindowHist { bounds: h.bounds.clone(), counts: buckets, sum: sum_inc, fallback };
+                        match win.hists.entry(lat) {
+                            Entry::Vacant(v) => {
+                                v.insert(new);
+                            }
+                            Entry::Occupied(mut o) => {
+                                let w = o.get_mut();
+                                if w.fallback && !fallback {
+                                    *w = new; // the signal's own family wins over a fallback
+                                } else if w.fallback != fallback {
+                                    // a fallback family beside the signal's own: not read
+                                } else if w.bounds == new.bounds {
+                                    w.counts.iter_mut().zip(&new.counts).for_each(|(c, b)| *c += b);
+                                    w.sum += new.sum;
+                                } else {
+                                    tracing::debug!(
+                                        series = s.series,
+                                        "llm_signals: histogram bounds differ in a group"
+                                    );
+                                }
                             }
                         }
-                    },
+                    }
                     Role::HistSum(r) => add_rate(win, r, s.series, (sum_inc, dt)),
                     _ => {}
                 }
@@ -379,7 +403,7 @@ impl ScrapeState {
 
     fn is_valid(&self) -> bool {
         self.series.values().all(|s| s.hist.as_ref().is_none_or(HistPoint::is_valid))
-            && self.windows.values().all(|w| w.hists.values().all(|(b, c)| c.len() == b.len() + 1))
+            && self.windows.values().all(|w| w.hists.values().all(|h| h.counts.len() == h.bounds.len() + 1))
     }
 }
 
@@ -405,7 +429,9 @@ fn rate(win: &ScrapeWindow, role: RateRole) -> Option<f64> {
 
 fn emit_scrape_window(attrs: &[KeyValue], s: u64, e: u64, win: &ScrapeWindow, em: &mut Emitter) {
     let gauge = |role: GaugeRole| win.gauges.iter().filter(move |((r, _), _)| *r == role).map(|(_, (_, v))| *v);
-    if let Some(kv) = gauge(GaugeRole::KvUsage).reduce(f64::max) {
+    if let Some(kv) =
+        gauge(GaugeRole::KvUsage).reduce(f64::max).or_else(|| gauge(GaugeRole::KvUsageLegacy).reduce(f64::max))
+    {
         em.push(Out::KvUsage, s, e, attrs, Value::Double(kv));
     }
     for (role, out) in [(GaugeRole::Waiting, Out::Waiting), (GaugeRole::Running, Out::Running)] {
@@ -413,12 +439,17 @@ fn emit_scrape_window(attrs: &[KeyValue], s: u64, e: u64, win: &ScrapeWindow, em
             em.push(out, s, e, attrs, Value::Double(v));
         }
     }
-    let (ok, err) = (rate(win, RateRole::RequestsOk), rate(win, RateRole::RequestsErr));
-    if ok.is_some() || err.is_some() {
-        let (ok, err) = (ok.unwrap_or(0.0), err.unwrap_or(0.0));
-        em.push(Out::RequestRate, s, e, attrs, Value::Double(ok + err));
-        if ok + err > 0.0 {
-            em.push(Out::ErrorRate, s, e, attrs, Value::Double(err / (ok + err)));
+    let (ok, err, other) =
+        (rate(win, RateRole::RequestsOk), rate(win, RateRole::RequestsErr), rate(win, RateRole::RequestsOther));
+    // Every request: SGLang's own counter, else the sum of the outcomes (vLLM, TGI).
+    let all = rate(win, RateRole::RequestsAll).or_else(|| {
+        (ok.is_some() || err.is_some() || other.is_some())
+            .then(|| ok.unwrap_or(0.0) + err.unwrap_or(0.0) + other.unwrap_or(0.0))
+    });
+    if let Some(all) = all {
+        em.push(Out::RequestRate, s, e, attrs, Value::Double(all));
+        if all > 0.0 {
+            em.push(Out::ErrorRate, s, e, attrs, Value::Double((err.unwrap_or(0.0) / all).min(1.0)));
         }
     }
     for (role, out) in [
@@ -430,21 +461,28 @@ fn emit_scrape_window(attrs: &[KeyValue], s: u64, e: u64, win: &ScrapeWindow, em
             em.push(out, s, e, attrs, Value::Double(v));
         }
     }
-    if let (Some(hits), Some(queries)) = (rate(win, RateRole::PrefixHits), rate(win, RateRole::PrefixQueries))
-        && queries > 0.0
-    {
-        let hit_rate = hits / queries;
+    let counted = match (rate(win, RateRole::PrefixHits), rate(win, RateRole::PrefixQueries)) {
+        (Some(hits), Some(queries)) if queries > 0.0 => Some(hits / queries),
+        _ => None,
+    };
+    // Else a hit-rate gauge (SGLang, vLLM V0), the mean over the group's series; V0's −1 (off) is skipped.
+    let gauged = || {
+        let v: Vec<f64> = gauge(GaugeRole::PrefixHitRate).filter(|v| (0.0..=1.0).contains(v)).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    if let Some(hit_rate) = counted.or_else(gauged) {
         em.push(Out::PrefixHitRate, s, e, attrs, Value::Double(hit_rate));
         em.push(Out::PrefixLow, s, e, attrs, Value::Int(i64::from(hit_rate < PREFIX_HIT_RATE_LOW)));
     }
-    for (lat, (bounds, counts)) in &win.hists {
+    for (lat, h) in &win.hists {
+        let quantile = |q: f64| window_quantile(q, &h.bounds, &h.counts, Some(h.sum));
         for pct in Pct::ALL {
-            if let Some(v) = histogram_quantile(pct.quantile(), bounds, counts) {
+            if let Some(v) = quantile(pct.quantile()) {
                 em.push(Out::Pct(*lat, pct), s, e, attrs, Value::Double(v));
             }
         }
         if *lat == Lat::Queue
-            && let Some(p99) = histogram_quantile(Pct::P99.quantile(), bounds, counts)
+            && let Some(p99) = quantile(Pct::P99.quantile())
         {
             em.push(Out::QueueBlocking, s, e, attrs, Value::Int(i64::from(p99 > QUEUE_BLOCKING_P99_S)));
         }

@@ -9,6 +9,9 @@ pub struct EngineStats {
     pub prompt_tokens: u64,
     /// Output tokens emitted (`vllm:generation_tokens_total`).
     pub generation_tokens: u64,
+    /// Prompt tokens served from the prefix cache, counted with `prompt_tokens` at a
+    /// request's first token (`vllm:prompt_tokens_cached_total`).
+    pub prompt_tokens_cached: u64,
     /// Prefix-cache queried tokens (`vllm:prefix_cache_queries_total`).
     pub prefix_queries: u64,
     /// Prefix-cache hit tokens (`vllm:prefix_cache_hits_total`).

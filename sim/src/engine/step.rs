@@ -177,6 +177,7 @@ impl Engine {
             if seq.first_token.is_none() {
                 seq.first_token = Some(end);
                 self.stats.prompt_tokens += u64::from(seq.spec.prompt_tokens);
+                self.stats.prompt_tokens_cached += u64::from(seq.cached_tokens);
                 out.push(EngineEvent::FirstToken { id: seq.spec.id, t: end });
             } else if seq.last_token.is_some() {
                 decode_seqs += 1;

@@ -25,6 +25,7 @@
 //! ```yaml
 //! served_model_name: llama-3-8b            # default: the model's name
 //! median_output_tokens: 128                # natural answer length (log-normal median)
+//! vllm_version: "0.33"                     # /metrics families of vLLM 0.33 (default) or "0.10"
 //! engine:                                  # crate::engine::EngineConfig
 //!   gpu: a10g                              # a10g | l4 | mi300x | a full profile map
 //!   model: llama-3-8b
@@ -71,6 +72,7 @@ use crate::scenario::ScenarioError;
 use api::AppState;
 use driver::{Clock, Driver};
 use prom::PromState;
+pub use prom::VllmVersion;
 use tgi::TgiMetrics;
 
 /// Errors of starting or running the simulator.
@@ -210,6 +212,10 @@ pub struct SimArgs {
     /// Whose telemetry to show on /metrics, /info and in spans: vllm or tgi.
     #[arg(long, value_enum, default_value_t = Flavor::Vllm)]
     pub flavor: Flavor,
+    /// Which vLLM release's `/metrics` families to show: 0.33 (default) or 0.10 (overrides
+    /// the file's `vllm_version`).
+    #[arg(long, value_enum, value_name = "VERSION")]
+    pub vllm_version: Option<VllmVersion>,
 }
 
 impl Default for SimArgs {
@@ -232,6 +238,7 @@ impl Default for SimArgs {
             scenario: None,
             out: None,
             flavor: Flavor::Vllm,
+            vllm_version: None,
         }
     }
 }
@@ -256,6 +263,9 @@ pub struct SimConfig {
     /// Faults; their times count from the server's start.
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// Which vLLM release's `/metrics` families to show (`"0.33"`, the default, or `"0.10"`).
+    #[serde(default)]
+    pub vllm_version: Option<VllmVersion>,
 }
 
 impl Default for SimConfig {
@@ -265,6 +275,7 @@ impl Default for SimConfig {
             median_output_tokens: default_median(),
             engine: EngineConfig::default(),
             faults: Vec::new(),
+            vllm_version: None,
         }
     }
 }
@@ -352,7 +363,8 @@ impl SimServer {
         let ecfg = engine.config().clone();
         let clock = Clock::start();
         let unix0_s = clock.unix0() as f64 / 1e9;
-        let prom = Arc::new(Mutex::new(PromState::new(&served[0], &ecfg, unix0_s)));
+        let vllm_version = args.vllm_version.or(cfg.vllm_version).unwrap_or_default();
+        let prom = Arc::new(Mutex::new(PromState::new(&served[0], &ecfg, unix0_s).with_vllm_version(vllm_version)));
         let tgi_metrics =
             (args.flavor == Flavor::Tgi).then(|| Arc::new(Mutex::new(TgiMetrics::new(tgi::limits(&ecfg)))));
         let resource = match args.flavor {

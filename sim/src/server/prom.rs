@@ -7,6 +7,9 @@
 use std::fmt::Write;
 
 use crate::engine::{EngineConfig, EngineStats, FinishReason, RequestRecord};
+/// `vllm:request_num_preemptions` buckets (vLLM 0.33 `loggers.py`).
+const NUM_PREEMPTIONS_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0];
+
 use crate::scenario::histo::{
     Histogram, ITERATION_TOKENS_BUCKETS, ITL_BUCKETS, PARAMS_N_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS,
     buckets_1_2_5,
@@ -14,6 +17,50 @@ use crate::scenario::histo::{
 
 /// The exposition's content type.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Which vLLM release's `/metrics` to reproduce (tests/fixtures/servers/vllm-<version>.metrics.json).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum VllmVersion {
+    /// vLLM 0.33 (V1, current): 39 families.
+    #[default]
+    #[value(name = "0.33")]
+    V0_33,
+    /// vLLM 0.10 (V1 ≤ 0.10): 26 families, deprecated `gpu_*` aliases, `time_per_output_token_seconds`.
+    #[value(name = "0.10")]
+    V0_10,
+}
+
+impl std::str::FromStr for VllmVersion {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "0.33" | "0.33.0" => Ok(VllmVersion::V0_33),
+            "0.10" | "0.10.0" | "0.1" => Ok(VllmVersion::V0_10),
+            other => Err(format!("vllm_version: {other:?} is not one of 0.33, 0.10")),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for VllmVersion {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// Accepts `"0.10"` and also an unquoted YAML `0.10` (a float).
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = VllmVersion;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a vLLM version: 0.33 or 0.10")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<VllmVersion, E> {
+                v.parse().map_err(E::custom)
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<VllmVersion, E> {
+                self.visit_str(&v.to_string())
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
 
 /// A histogram with its name and help text.
 #[derive(Clone, Debug)]
@@ -40,6 +87,7 @@ enum H {
     Inference,
     Prefill,
     Decode,
+    NumPreemptions,
     KvComputed,
 }
 
@@ -47,6 +95,7 @@ enum H {
 #[derive(Clone, Debug)]
 pub struct PromState {
     model_name: String,
+    version: VllmVersion,
     created: f64,
     cache_info: Vec<(&'static str, String)>,
     hist: Vec<Named>,
@@ -123,29 +172,61 @@ impl PromState {
                 REQUEST_LATENCY_BUCKETS,
             ),
             n(
+                "vllm:request_num_preemptions",
+                "Histogram of the number of times a request was preempted.",
+                NUM_PREEMPTIONS_BUCKETS,
+            ),
+            n(
                 "vllm:request_prefill_kv_computed_tokens",
                 "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
                 &tok,
             ),
         ];
         let b = |v: bool| if v { "True" } else { "False" }.to_string();
+        // vLLM 0.33's CacheConfig fields (`metrics_info()`: every instance field as a string),
+        // in declaration order; what the sim does not model is at vLLM's default.
+        let none = || "None".to_string();
         let cache_info = vec![
             ("block_size", cfg.block_size.to_string()),
+            ("user_specified_block_size", none()),
+            ("kv_cache_layout", none()),
+            ("prefix_match_unit", none()),
             ("gpu_memory_utilization", fmt_float(cfg.gpu_memory_utilization)),
-            ("swap_space", "4".to_string()),
             ("cache_dtype", "auto".to_string()),
             ("is_attention_free", b(false)),
-            ("num_gpu_blocks_override", cfg.num_gpu_blocks_override.map_or("None".to_string(), |n| n.to_string())),
-            ("sliding_window", "None".to_string()),
+            ("num_gpu_blocks_override", cfg.num_gpu_blocks_override.map_or_else(none, |n| n.to_string())),
+            ("sliding_window", none()),
             ("enable_prefix_caching", b(cfg.enable_prefix_caching)),
             ("prefix_caching_hash_algo", "sha256".to_string()),
-            ("cpu_offload_gb", "0".to_string()),
-            ("calculate_kv_scales", b(false)),
+            ("prefix_cache_retention_interval", none()),
+            ("kv_cache_dtype_skip_layers", none()),
+            ("mamba_page_size_padded", none()),
+            ("skip_page_size_padded", none()),
+            ("mamba_block_size", none()),
+            ("mamba_cache_dtype", none()),
+            ("mamba_ssm_cache_dtype", none()),
+            ("mamba_cache_mode", none()),
+            ("enable_mamba_shared_prefix_checkpoint", none()),
+            ("replayssm_buffer_len", none()),
+            ("use_replayssm", none()),
+            ("use_kda_recoverssm", none()),
             ("num_gpu_blocks", cfg.num_gpu_blocks().to_string()),
-            ("num_cpu_blocks", "None".to_string()),
+            ("num_cpu_blocks", "0".to_string()),
+            ("simple_cpu_offload_num_blocks", none()),
+            ("effective_attention_block_size", none()),
+            ("kv_cache_size_tokens", none()),
+            ("kv_cache_max_concurrency", none()),
+            ("hash_block_size", none()),
+            ("cache_hit_alignment_tokens", none()),
+            ("kv_sharing_fast_prefill", none()),
+            ("swa_bounded_replay", none()),
+            ("kv_cache_memory_bytes", none()),
+            ("kv_offloading_size", none()),
+            ("kv_offloading_backend", none()),
         ];
         PromState {
             model_name: model_name.to_string(),
+            version: VllmVersion::default(),
             created: created_unix_s,
             cache_info,
             hist,
@@ -154,6 +235,49 @@ impl PromState {
             kv_usage: 0.0,
             stats: EngineStats::default(),
         }
+    }
+
+    /// Renders the families of vLLM `version` instead of 0.33's.
+    pub fn with_vllm_version(mut self, version: VllmVersion) -> Self {
+        self.version = version;
+        if version == VllmVersion::V0_10 {
+            // vLLM 0.10's CacheConfig fields, in declaration order.
+            let keep = |k: &str| {
+                [
+                    "block_size",
+                    "gpu_memory_utilization",
+                    "cache_dtype",
+                    "is_attention_free",
+                    "num_gpu_blocks_override",
+                    "sliding_window",
+                    "enable_prefix_caching",
+                    "prefix_caching_hash_algo",
+                ]
+                .contains(&k)
+            };
+            let old = std::mem::take(&mut self.cache_info);
+            let get = |k: &str| old.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()).unwrap_or_default();
+            let mut info: Vec<(&'static str, String)> = Vec::new();
+            for (k, v) in &old {
+                if keep(k) {
+                    info.push((k, v.clone()));
+                }
+                match *k {
+                    "gpu_memory_utilization" => info.push(("swap_space", "4".into())),
+                    "prefix_caching_hash_algo" => {
+                        info.push(("cpu_offload_gb", "0".into()));
+                        info.push(("calculate_kv_scales", "False".into()));
+                        info.push(("cpu_kvcache_space_bytes", "None".into()));
+                        info.push(("mamba_page_size_padded", "None".into()));
+                        info.push(("num_gpu_blocks", get("num_gpu_blocks")));
+                        info.push(("num_cpu_blocks", "None".into()));
+                    }
+                    _ => {}
+                }
+            }
+            self.cache_info = info;
+        }
+        self
     }
 
     fn h(&mut self, which: H) -> &mut Histogram {
@@ -196,53 +320,233 @@ impl PromState {
         self.h(H::ParamsMaxTokens).observe(f64::from(p.max_tokens));
         self.h(H::ParamsN).observe(f64::from(p.n));
         self.h(H::KvComputed).observe(f64::from(r.prefill_kv_computed_tokens()));
+        self.h(H::NumPreemptions).observe(f64::from(r.preemptions));
     }
 
-    /// The exposition text.
+    /// The exposition text: the 39 `vllm:` families vLLM 0.33.0 registers by default, in its
+    /// registration order (`vllm/v1/metrics/loggers.py`, then `perf.py`).
     pub fn render(&self) -> String {
-        let mut out = String::with_capacity(32 * 1024);
+        let mut out = String::with_capacity(48 * 1024);
         let base = [("model_name", self.model_name.as_str()), ("engine", "0")];
         let s = &self.stats;
+        let v33 = self.version == VllmVersion::V0_33;
+        let with = |k: &'static str, v: &'static str| [base[0], base[1], (k, v)];
         gauge(
             &mut out,
             "vllm:num_requests_running",
             "Number of requests in model execution batches.",
-            &base,
-            self.running as f64,
+            &[(&base, self.running as f64)],
         );
         gauge(
             &mut out,
             "vllm:num_requests_waiting",
             "Number of requests waiting to be processed.",
-            &base,
-            self.waiting as f64,
+            &[(&base, self.waiting as f64)],
         );
-        gauge(&mut out, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", &base, self.kv_usage);
-        let counters: [(&str, &str, u64); 5] = [
-            (
-                "vllm:prefix_cache_queries",
-                "Prefix cache queries, in terms of number of queried tokens.",
+        if !v33 {
+            gauge(
+                &mut out,
+                "vllm:gpu_cache_usage_perc",
+                "GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
+                &[(&base, self.kv_usage)],
+            );
+            let plain = |out: &mut String, name: &str, help: &str, v: u64| {
+                counter(out, name, help, &[(&base, v as f64)], self.created);
+            };
+            plain(
+                &mut out,
+                "vllm:gpu_prefix_cache_queries",
+                "GPU prefix cache queries, in terms of number of queriedtokens. \
+                 DEPRECATED: Use vllm:prefix_cache_queries instead.",
                 s.prefix_queries,
-            ),
-            ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", s.prefix_hits),
-            ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", s.preemptions),
-            ("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens),
-            ("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens),
-        ];
-        for (name, help, v) in counters {
-            counter(&mut out, name, help, &[(&base, v as f64)], self.created);
+            );
+            plain(
+                &mut out,
+                "vllm:gpu_prefix_cache_hits",
+                "GPU prefix cache hits, in terms of number of cached tokens. \
+                 DEPRECATED: Use vllm:prefix_cache_hits instead.",
+                s.prefix_hits,
+            );
         }
-        let reasons: Vec<[(&str, &str); 3]> =
-            FinishReason::ALL.iter().map(|r| [base[0], base[1], ("finished_reason", r.as_str())]).collect();
-        let children: Vec<(&[(&str, &str)], f64)> =
-            FinishReason::ALL.iter().zip(&reasons).map(|(r, l)| (&l[..], s.finished[r.index()] as f64)).collect();
+        // The sim has no LoRA budget, KV transfer or blocked states: every waiting request
+        // waits for capacity, `deferred` stays 0.
+        let (capacity, deferred) = (with("reason", "capacity"), with("reason", "deferred"));
+        let sleep = [
+            with("sleep_state", "discard_all"),
+            with("sleep_state", "weights_offloaded"),
+            with("sleep_state", "awake"),
+        ];
+        if v33 {
+            gauge(
+                &mut out,
+                "vllm:num_requests_waiting_by_reason",
+                "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; \
+             'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). \
+             Sum of all reasons equals vllm:num_requests_waiting.",
+                &[(&capacity, self.waiting as f64), (&deferred, 0.0)],
+            );
+            // No sleep mode in the sim: always awake (as vLLM without `/sleep`).
+            gauge(
+                &mut out,
+                "vllm:engine_sleep_state",
+                "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; \
+             weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+                &[(&sleep[0], 0.0), (&sleep[1], 0.0), (&sleep[2], 1.0)],
+            );
+        }
+        gauge(
+            &mut out,
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            &[(&base, self.kv_usage)],
+        );
+        let plain = |out: &mut String, name: &str, help: &str, v: u64| {
+            counter(out, name, help, &[(&base, v as f64)], self.created);
+        };
+        plain(
+            &mut out,
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            s.prefix_queries,
+        );
+        plain(
+            &mut out,
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            s.prefix_hits,
+        );
+        // No KV connector and no multi-modal inputs in the sim: these stay 0, as in a default
+        // vLLM run of a text model.
+        if v33 {
+            plain(
+                &mut out,
+                "vllm:external_prefix_cache_queries",
+                "External prefix cache queries from KV connector cross-instance cache sharing, \
+             in terms of number of queried tokens.",
+                0,
+            );
+            plain(
+                &mut out,
+                "vllm:external_prefix_cache_hits",
+                "External prefix cache hits from KV connector cross-instance cache sharing, \
+             in terms of number of cached tokens.",
+                0,
+            );
+            plain(
+                &mut out,
+                "vllm:mm_cache_queries",
+                "Multi-modal cache queries, in terms of number of queried items.",
+                0,
+            );
+            plain(&mut out, "vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.", 0);
+        }
+        plain(&mut out, "vllm:num_preemptions", "Cumulative number of preemption from the engine.", s.preemptions);
+        plain(&mut out, "vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens);
+        let cached = s.prompt_tokens_cached.min(s.prompt_tokens);
+        if v33 {
+            let by_source = [
+                with("source", "local_compute"),
+                with("source", "local_cache_hit"),
+                with("source", "external_kv_transfer"),
+            ];
+            counter(
+                &mut out,
+                "vllm:prompt_tokens_by_source",
+                "Number of prompt tokens by source.",
+                &[
+                    (&by_source[0], (s.prompt_tokens - cached) as f64),
+                    (&by_source[1], cached as f64),
+                    (&by_source[2], 0.0),
+                ],
+                self.created,
+            );
+            plain(&mut out, "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).", cached);
+            // Every cache hit of the sim comes from its one device-memory prefix cache.
+            let tiers = ["device", "host", "p2p", "disk", "external_unspecified"].map(|t| with("source", t));
+            let tier_children: Vec<(&[(&str, &str)], f64)> =
+                tiers.iter().enumerate().map(|(i, l)| (&l[..], if i == 0 { cached as f64 } else { 0.0 })).collect();
+            counter(
+                &mut out,
+                "vllm:prompt_tokens_cached_by_source",
+                "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host (offloaded to \
+             DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. Counted at \
+             admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
+                &tier_children,
+                self.created,
+            );
+        }
+        plain(&mut out, "vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens);
+        // vLLM 0.33's FinishReason strings. The sim's engine has no repetition detector and no
+        // fault ends a request that way, so `repetition` stays 0.
+        let mut reasons: Vec<([(&str, &str); 3], f64)> = FinishReason::ALL
+            .iter()
+            .map(|r| (with("finished_reason", r.as_str()), s.finished[r.index()] as f64))
+            .collect();
+        if v33 {
+            reasons.push((with("finished_reason", "repetition"), 0.0));
+        } else if let Some((_, err)) = reasons.pop() {
+            // vLLM 0.10 has no `error` reason: an engine-side failure aborts the request.
+            if let Some((_, abort)) = reasons.last_mut() {
+                *abort += err;
+            }
+        }
+        let children: Vec<(&[(&str, &str)], f64)> = reasons.iter().map(|(l, v)| (&l[..], *v)).collect();
         counter(&mut out, "vllm:request_success", "Count of successfully processed requests.", &children, self.created);
+        // No queue limits (`max_num_queued_reqs/_tokens`) in the sim: no admission rejections.
+        // vLLM registers this one without the `engine` label.
+        if v33 {
+            let adm = [[base[0], ("reason", "max_num_queued_reqs")], [base[0], ("reason", "max_num_queued_tokens")]];
+            counter(
+                &mut out,
+                "vllm:admission_rejections",
+                "Number of admission attempts rejected by a queue limit, by reason.",
+                &[(&adm[0], 0.0), (&adm[1], 0.0)],
+                self.created,
+            );
+        }
         for n in &self.hist {
-            histogram(&mut out, n.name, n.help, &base, &n.h, self.created);
+            let (name, help) = match (self.version, n.name) {
+                (VllmVersion::V0_33, name) => (name, n.help),
+                (
+                    VllmVersion::V0_10,
+                    "vllm:request_time_per_output_token_seconds"
+                    | "vllm:request_num_preemptions"
+                    | "vllm:request_prefill_kv_computed_tokens",
+                ) => continue,
+                // 0.10's name of the per-step interval (an inter-token latency).
+                (VllmVersion::V0_10, "vllm:inter_token_latency_seconds") => {
+                    ("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.")
+                }
+                (VllmVersion::V0_10, name) => (name, n.help),
+            };
+            histogram(&mut out, name, help, &base, &n.h, self.created);
         }
         let mut info: Vec<(&str, &str)> = self.cache_info.iter().map(|(k, v)| (*k, v.as_str())).collect();
         info.push(("engine", "0"));
-        gauge(&mut out, "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", &info, 1.0);
+        gauge(&mut out, "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", &[(&info, 1.0)]);
+        // PerfMetricsProm is registered unconditionally; without `--enable-mfu-metrics` (the
+        // default) its counters stay 0.
+        if !v33 {
+            return out;
+        }
+        plain(
+            &mut out,
+            "vllm:estimated_flops_per_gpu",
+            "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations).",
+            0,
+        );
+        plain(
+            &mut out,
+            "vllm:estimated_read_bytes_per_gpu",
+            "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations).",
+            0,
+        );
+        plain(
+            &mut out,
+            "vllm:estimated_write_bytes_per_gpu",
+            "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations).",
+            0,
+        );
         out
     }
 }
@@ -271,9 +575,11 @@ fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], extra: Option<(
     out.push('\n');
 }
 
-fn gauge(out: &mut String, name: &str, help: &str, labels: &[(&str, &str)], v: f64) {
+fn gauge(out: &mut String, name: &str, help: &str, children: &[(&[(&str, &str)], f64)]) {
     header(out, name, help, "gauge");
-    sample(out, name, labels, None, v);
+    for (labels, v) in children {
+        sample(out, name, labels, None, *v);
+    }
 }
 
 fn counter(out: &mut String, name: &str, help: &str, children: &[(&[(&str, &str)], f64)], created: f64) {
@@ -428,5 +734,37 @@ mod tests {
             text.contains("vllm:request_success_total{model_name=\"m\",engine=\"0\",finished_reason=\"abort\"} 0.0\n")
         );
         assert!(text.contains("vllm:cache_config_info{block_size=\"16\","));
+    }
+
+    /// The families (`# TYPE` lines other than prometheus_client's `_created` gauges).
+    fn families(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' ').map(|(n, _)| n))
+            .filter(|n| !n.ends_with("_created"))
+            .collect()
+    }
+
+    #[test]
+    fn families_per_vllm_version() {
+        let cfg = EngineConfig::default();
+        let v33 = PromState::new("m", &cfg, 1.0).render();
+        let f33 = families(&v33);
+        assert_eq!(f33.len(), 39, "{f33:?}");
+        for n in ["vllm:request_num_preemptions", "vllm:prompt_tokens_cached_total", "vllm:admission_rejections_total"]
+        {
+            assert!(f33.contains(&n), "{n}");
+        }
+        assert!(v33.contains("vllm:admission_rejections_total{model_name=\"m\",reason=\"max_num_queued_reqs\"} 0.0\n"));
+        assert!(v33.contains("finished_reason=\"repetition\"} 0.0\n"));
+        let v10 = PromState::new("m", &cfg, 1.0).with_vllm_version(VllmVersion::V0_10).render();
+        let f10 = families(&v10);
+        assert_eq!(f10.len(), 26, "{f10:?}");
+        assert!(f10.contains(&"vllm:time_per_output_token_seconds") && f10.contains(&"vllm:gpu_cache_usage_perc"));
+        assert!(!f10.contains(&"vllm:inter_token_latency_seconds"));
+        assert!(!v10.contains("finished_reason=\"error\"") && !v10.contains("repetition"));
+        assert!(v10.contains("swap_space=\"4\""), "0.10's CacheConfig fields");
+        assert_eq!("0.10".parse::<VllmVersion>(), Ok(VllmVersion::V0_10));
+        assert!("0.6".parse::<VllmVersion>().is_err());
     }
 }
