@@ -182,6 +182,11 @@ def test_agent_pod_is_hardened_probed_and_sized(rendered, role):
         assert [r["sources"] for r in rules] == [[{"from": "resource_attribute", "name": "k8s.pod.uid"}],
                                                  [{"from": "connection"}]], rules
         assert all("k8s_attributes" in p["processors"] for p in pipeline["service"]["pipelines"].values())
+        # Forwarding agents (whose connection is their own pod) are excluded from association.
+        excluded = [p["name"] for p in pipeline["processors"]["k8s_attributes"]["exclude"]["pods"]]
+        for agent_pod in ["inferwatch-node-agent-7xk2p", "inferwatch-gateway-5d9c8-abcde"]:
+            assert any(re.search(n, agent_pod) for n in excluded), (agent_pod, excluded)
+        assert not any(re.search(n, "vllm-5d8f7c9b6-x2k9q") for n in excluded), excluded
 
     # Every monitor scrapes named ports the selected pods have, with the rules' job names.
     monitors = objects(docs, "PodMonitor") + objects(docs, "ServiceMonitor")

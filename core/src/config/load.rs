@@ -532,6 +532,15 @@ impl Build {
                 }
                 "initial_fields" => match &lv.kind {
                     NodeKind::Map(entries) => {
+                        for (k, _) in entries {
+                            if matches!(k.text.as_str(), "timestamp" | "level" | "message" | "target") {
+                                self.err(
+                                    &k.location,
+                                    format!("{lkey}.{}", k.text),
+                                    "a reserved log field (timestamp, level, message, target): choose another name",
+                                );
+                            }
+                        }
                         t.logs_initial_fields = entries.iter().map(|(k, v)| (k.text.clone(), v.to_json())).collect()
                     }
                     NodeKind::Null => {}
@@ -1111,6 +1120,7 @@ service:
                 format!("{k}.output_paths[0]: not supported by inferwatch: log destination \"http://x/y\""),
             ),
             ("      initial_fields: [a]\n", format!("{k}.initial_fields: expected a map")),
+            ("      initial_fields: {level: x}\n", format!("{k}.initial_fields.level: a reserved log field")),
             (
                 "      error_output_paths: [/tmp/e.log]\n",
                 format!("{k}.error_output_paths: not supported by inferwatch"),

@@ -82,13 +82,16 @@ fn key(k: &str) -> PathSeg {
 }
 
 impl HttpClientConfig {
-    /// Whether any TLS or credentials setting is given.
+    /// Whether any TLS, credentials or proxy setting is given.
     pub fn is_set(&self) -> bool {
         self.tls_config.is_some()
             || self.authorization.is_some()
             || self.basic_auth.is_some()
             || self.bearer_token.is_some()
             || self.bearer_token_file.is_some()
+            || self.proxy_url.is_some()
+            || self.no_proxy.is_some()
+            || self.proxy_from_environment
     }
 
     /// Reads the value of `k` (one of [`KEYS`]) from `map`.

@@ -133,7 +133,7 @@ impl KubernetesSdConfig {
         } else if self.http.is_set() {
             return Err((
                 vec!["api_server".into()],
-                "TLS and credentials settings need api_server (in the cluster the service account is used)".into(),
+                "TLS, credentials and proxy settings need api_server (in the cluster the service account is used, directly)".into(),
             ));
         }
         let mut seen = HashSet::new();
