@@ -142,7 +142,7 @@ def test_open_files_soft_limit_is_raised_to_the_hard_limit(agents, tmp_path):
     import subprocess
 
     from support import yamlgen
-    from support.agent import binary
+    from support.agent import binary, with_nofile
 
     cfg, ports = make_config({"debug": {}}, signals=("traces",))
     path = tmp_path / "nofile.yaml"
@@ -153,9 +153,8 @@ def test_open_files_soft_limit_is_raised_to_the_hard_limit(agents, tmp_path):
     log = tmp_path / "nofile.log"
     env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
     with open(log, "wb") as out:
-        p = subprocess.Popen([binary(), "--log-level", "info", "run", "--config", str(path)], stdout=out,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+        p = subprocess.Popen(with_nofile([binary(), "--log-level", "info", "run", "--config", str(path)], soft, hard),
+                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + 20
         limits = ""

@@ -29,6 +29,15 @@ _issued: set[int] = set()
 _issued_lock = threading.Lock()
 
 
+def with_nofile(args: list, soft: int, hard: int) -> list:
+    """`args` run under RLIMIT_NOFILE (soft, hard), set by a shell that then execs them (same pid);
+    the soft limit goes first when it can (a hard limit below the current soft one is refused).
+
+    Not `preexec_fn`: it makes subprocess fork and run Python in the child, and a child forked
+    while grpcio's threads run can abort before it execs (an agent "exited with -6" in CI)."""
+    return ["/bin/sh", "-c", 'h=$0 s=$1; shift; ulimit -Sn "$s" 2>/dev/null; ulimit -Hn "$h" && ulimit -Sn "$s" && exec "$@"', str(hard), str(soft), *map(str, args)]
+
+
 def free_port() -> int:
     """A currently free TCP port on 127.0.0.1 (never the same one twice in this test run)."""
     for _ in range(100):
@@ -205,16 +214,10 @@ class Agent:
         env.pop("RUST_LOG", None)
         if self.env:
             env.update(self.env)
-        preexec = None
         if self.nofile is not None:
-            import resource
-
-            lim = self.nofile
-
-            def preexec() -> None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (lim, lim))
+            args = with_nofile(args, self.nofile, self.nofile)
         self.proc = subprocess.Popen(args, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=self.workdir, env=env, preexec_fn=preexec)
+                                     cwd=self.workdir, env=env)
         if wait:
             self.wait_ready(timeout)
         return self
