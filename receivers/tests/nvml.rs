@@ -354,13 +354,13 @@ fn throttling_episode_shows_in_throttle_gauges_and_the_sm_clock() {
 // ---- the receiver ------------------------------------------------------------------------------
 
 /// Keeps every request; tests wait on it with a deadline.
-struct Capture {
-    reqs: Mutex<Vec<ExportMetricsServiceRequest>>,
-    tx: watch::Sender<usize>,
+pub(crate) struct Capture {
+    pub(crate) reqs: Mutex<Vec<ExportMetricsServiceRequest>>,
+    pub(crate) tx: watch::Sender<usize>,
 }
 
 impl Capture {
-    fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Capture { reqs: Mutex::new(Vec::new()), tx: watch::channel(0).0 })
     }
 

@@ -5,9 +5,8 @@
 //! socket in a temp dir, answering in the real proto shape (pods, containers, devices
 //! `nvidia.com/gpu` with GPU UUIDs as device ids).
 
+use super::nvml::Capture;
 use inferwatch_core::component::{ComponentId, CreateContext, Receiver, ReceiverConsumers};
-use inferwatch_core::consumer::{ConsumeError, Consumer};
-use inferwatch_core::pdata::Payload;
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_receivers::nvml::config::NvmlConfig;
 use inferwatch_receivers::nvml::pod_resources::proto::{
@@ -28,7 +27,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -225,19 +223,10 @@ impl Drop for TempDir {
     }
 }
 
-/// Keeps every request; tests wait on it with a deadline.
-struct Capture {
-    reqs: Mutex<Vec<ExportMetricsServiceRequest>>,
-    tx: watch::Sender<usize>,
-}
-
+/// Waits on nvml.rs's request capture by the points of one request.
 impl Capture {
-    fn new() -> Arc<Self> {
-        Arc::new(Capture { reqs: Mutex::new(Vec::new()), tx: watch::channel(0).0 })
-    }
-
     /// Waits for a request whose points satisfy `pred`; returns that request's points.
-    async fn wait_for(&self, what: &str, pred: impl Fn(&[Pt]) -> bool) -> Vec<Pt> {
+    async fn wait_for_points(&self, what: &str, pred: impl Fn(&[Pt]) -> bool) -> Vec<Pt> {
         let mut rx = self.tx.subscribe();
         let mut seen = 0;
         let found = tokio::time::timeout(DEADLINE, async {
@@ -258,22 +247,12 @@ impl Capture {
         .await;
         match found {
             Ok(p) if !p.is_empty() => p,
-            _ => panic!("timed out waiting for {what}; last points: {:?}", self.last()),
+            _ => panic!("timed out waiting for {what}; last points: {:?}", self.last_points()),
         }
     }
 
-    fn last(&self) -> Option<Vec<Pt>> {
+    fn last_points(&self) -> Option<Vec<Pt>> {
         self.reqs.lock().unwrap().last().map(flatten)
-    }
-}
-
-#[async_trait::async_trait]
-impl Consumer for Capture {
-    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        let Payload::Metrics(r) = data.into_decoded().unwrap() else { panic!("not metrics") };
-        self.reqs.lock().unwrap().push(r);
-        self.tx.send_modify(|n| *n += 1);
-        Ok(())
     }
 }
 
@@ -366,7 +345,7 @@ async fn kubelet_and_cgroups_put_each_pod_on_its_gpu_and_its_processes() {
     let kubelet = KubeletServer::start(&dir.socket(), Ok(node_pods()));
     let (mut r, capture, telemetry) = start(&dir, "otel", &dir.socket(), "1s").await;
     // The kubelet is listed before the first round: the first request already carries the pods.
-    let pts = capture.wait_for("a first request", |p| !p.is_empty()).await;
+    let pts = capture.wait_for_points("a first request", |p| !p.is_empty()).await;
     r.shutdown().await;
     assert!(kubelet.calls() >= 1);
 
@@ -410,7 +389,7 @@ async fn dcgm_naming_uses_dcgm_exporters_labels() {
     dir.two_pods();
     let _kubelet = KubeletServer::start(&dir.socket(), Ok(node_pods()));
     let (mut r, capture, _) = start(&dir, "dcgm", &dir.socket(), "1s").await;
-    let pts = capture.wait_for("a first request", |p| !p.is_empty()).await;
+    let pts = capture.wait_for_points("a first request", |p| !p.is_empty()).await;
     r.shutdown().await;
     let g = point(&pts, "DCGM_FI_DEV_FB_USED", "UUID", GPU0);
     assert_eq!((g.get("pod"), g.get("namespace"), g.get("container")), (Some("vllm-0"), Some("llm"), Some("vllm")));
@@ -435,7 +414,7 @@ async fn without_the_socket_cgroups_alone_attribute_and_list_is_not_called_per_s
     let dir = TempDir::new("nosock");
     dir.two_pods();
     let (mut r, capture, telemetry) = start(&dir, "otel", &dir.socket(), "1h").await;
-    let pts = capture.wait_for("a first request", |p| !p.is_empty()).await;
+    let pts = capture.wait_for_points("a first request", |p| !p.is_empty()).await;
     // cgroups only: UIDs and container ids, no names.
     let g = point(&pts, "hw.gpu.memory.usage", "gpu.uuid", GPU0);
     assert_eq!((g.get("k8s.pod.uid"), g.get("k8s.pod.name")), (Some(UID_A), None));
@@ -453,13 +432,13 @@ async fn a_kubelet_that_comes_up_late_or_moves_a_gpu_is_followed() {
     let dir = TempDir::new("late");
     dir.two_pods();
     let (mut r, capture, telemetry) = start(&dir, "otel", &dir.socket(), "1s").await;
-    capture.wait_for("a first request", |p| !p.is_empty()).await;
+    capture.wait_for_points("a first request", |p| !p.is_empty()).await;
     assert!(missing_socket_errors(&telemetry).is_some_and(|n| n >= 1), "{}", telemetry.render());
 
     // The kubelet comes up (socket mounted late, kubelet restarted): the names follow.
     let kubelet = KubeletServer::start(&dir.socket(), Ok(node_pods()));
     let pts = capture
-        .wait_for("GPU 0 named after its pod", |p| {
+        .wait_for_points("GPU 0 named after its pod", |p| {
             p.iter().any(|x| x.metric == "hw.gpu.memory.usage" && x.get("k8s.pod.name") == Some("vllm-0"))
         })
         .await;
@@ -472,7 +451,7 @@ async fn a_kubelet_that_comes_up_late_or_moves_a_gpu_is_followed() {
         ("llm", "vllm-2", &[("vllm", "nvidia.com/gpu", &[GPU1])]),
     ])));
     let pts = capture
-        .wait_for("GPU 1 named after vllm-2", |p| {
+        .wait_for_points("GPU 1 named after vllm-2", |p| {
             p.iter().any(|x| x.metric == "hw.gpu.memory.usage" && x.get("k8s.pod.name") == Some("vllm-2"))
         })
         .await;

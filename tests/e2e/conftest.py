@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from support import agent as agent_mod
-from support.agent import Agent, Ports, make_config
+from support import alertmanager as am_mod
+from support.agent import Agent, Ports, closed_port, make_config
 from support.sink import Behavior, GrpcSink, HttpSink
 
 SLOW = os.environ.get("INFERWATCH_SLOW") == "1"
@@ -163,3 +164,12 @@ def run_cli(inferwatch_bin, tmp_path):
 
     return run
 
+
+@pytest.fixture
+def alertmanager(tmp_path):
+    """A real Alertmanager (Debian `prometheus-alertmanager`) with the shipped routing, sending
+    its notifications nowhere; not started (`.start()`)."""
+    am_mod.binary()  # skips (or fails under CI=true) without the Debian package
+    am = am_mod.Alertmanager(tmp_path, am_mod.deploy_config(closed_port()))
+    yield am
+    am.stop()

@@ -21,10 +21,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 
-import pytest
-
-from support import alertmanager as am_mod
-from support.agent import Ports, closed_port, fast_retry
+from support.agent import Ports, fast_retry
 from support.client import GrpcClient
 from support.otlp import MetricsRequest
 from support.prometheus import wait_until
@@ -91,14 +88,6 @@ def agent_config(ports: Ports, am_url: str) -> dict:
 def ts(s: str) -> float:
     """An Alertmanager RFC 3339 time as Unix seconds."""
     return datetime.fromisoformat(s.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()
-
-
-@pytest.fixture
-def alertmanager(tmp_path):
-    am_mod.binary()  # skips (or fails under CI=true) without the Debian package
-    am = am_mod.Alertmanager(tmp_path, am_mod.deploy_config(closed_port()))
-    yield am
-    am.stop()
 
 
 def test_alerts_fire_and_resolve_in_a_real_alertmanager(alertmanager, agents):

@@ -18,13 +18,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
-from support import alertmanager as am_mod
-from support.agent import REPO, Ports, closed_port, free_port
+from support.agent import REPO, Ports, free_port
 from support.prometheus import wait_until
 from support.sim import FAST_ANSWERS, parse_prometheus, sim_bin, sims  # noqa: F401 (fixtures)
 
@@ -32,14 +30,6 @@ MODEL = "llama-e2e"
 HEALTHY_S = 600 if os.environ.get("INFERWATCH_SLOW") == "1" else 180
 # Healthy windows before the fault (baselines for the detectors that need one).
 WARMUP_S = 60
-
-
-@pytest.fixture
-def alertmanager(tmp_path):
-    am_mod.binary()  # skips (or fails under CI=true) without the Debian package
-    am = am_mod.Alertmanager(tmp_path, am_mod.deploy_config(closed_port()))
-    yield am
-    am.stop()
 
 
 def _start(alertmanager, sims, agents, sim_bin, tmp_path, bench_s: int):

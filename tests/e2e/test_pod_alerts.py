@@ -26,21 +26,12 @@ import subprocess
 
 import pytest
 
-from support import alertmanager as am_mod
-from support.agent import Ports, closed_port, free_port
+from support.agent import Ports, free_port
 from support.kube import POD, agent_workload, pipeline_text, pod_env, render, start_healthy, wait_for
 from support.sim import FAST_ANSWERS, sim_bin, sims  # noqa: F401 (fixtures)
 
 EVENT_NAME = "llm.degradation.alert"
 NAMESPACE = "inferwatch"   # the sidecar overlay's namespace (the Deployment's metadata.namespace)
-
-
-@pytest.fixture
-def alertmanager(tmp_path):
-    am_mod.binary()  # skips (or fails under CI=true) without the Debian package
-    am = am_mod.Alertmanager(tmp_path, am_mod.deploy_config(closed_port()))
-    yield am
-    am.stop()
 
 
 def _str_attrs(kvs) -> dict[str, str]:
