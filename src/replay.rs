@@ -9,9 +9,10 @@ use inferwatch::components::registry;
 use inferwatch_core::component::ComponentId;
 use inferwatch_core::config::Config;
 use inferwatch_core::graph::{Service, ShutdownReport};
-use inferwatch_core::host::{Host, ReplayControl};
+use inferwatch_core::host::{Host, RunValues};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::state::StateRegistry;
+use inferwatch_receivers::replay::{REPLAY_ITEMS, ReplayControl};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -158,7 +159,11 @@ async fn replay(cfg: Config, id: ComponentId, args: &ReplayArgs) -> anyhow::Resu
     let (telemetry, stop_telemetry) = crate::run::start_self_metrics(&cfg).await?;
     let control =
         Arc::new(ReplayControl { inputs: args.input.clone(), speed: args.speed, progress: Default::default() });
-    let host = Arc::new(Host { state: StateRegistry::new(), replay: Some(control.clone()), ..Default::default() });
+    let host = Arc::new(Host {
+        state: StateRegistry::new(),
+        run: RunValues::default().with(control.clone()),
+        ..Default::default()
+    });
     let mut service =
         Service::build_with_host(&cfg, &registry(), telemetry.clone(), host).context("cannot build the pipelines")?;
     if let Err(e) = service.start().await {
@@ -190,7 +195,10 @@ async fn replay(cfg: Config, id: ComponentId, args: &ReplayArgs) -> anyhow::Resu
         interrupted,
         files_done: p.files_done.load(Ordering::SeqCst),
         files_total: p.files_total.load(Ordering::SeqCst),
-        by_signal: Signal::ALL.iter().map(|&s| (s, telemetry.replay_items(&id, s).get())).collect(),
+        by_signal: Signal::ALL
+            .iter()
+            .map(|&s| (s, REPLAY_ITEMS.get(&telemetry, [&id.to_string(), s.as_str()]).get()))
+            .collect(),
         failed: p.failed_items.load(Ordering::SeqCst),
         wall: started.elapsed(),
         shutdown,

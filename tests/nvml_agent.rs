@@ -4,12 +4,10 @@
 use inferwatch_core::config;
 use inferwatch_core::graph::Service;
 use inferwatch_core::telemetry::Telemetry;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use inferwatch_testkit::capture;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::Notify;
 
 /// Log output of the agent, shared with the subscriber.
 #[derive(Clone, Default)]
@@ -25,49 +23,8 @@ impl Write for Logs {
     }
 }
 
-#[derive(Default)]
-struct Captured {
-    spans: Mutex<Vec<String>>,
-    notify: Notify,
-}
-
-#[derive(Clone)]
-struct Sink(Arc<Captured>);
-
-#[tonic::async_trait]
-impl TraceService for Sink {
-    async fn export(
-        &self,
-        r: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let names = r
-            .into_inner()
-            .resource_spans
-            .into_iter()
-            .flat_map(|rs| rs.scope_spans)
-            .flat_map(|ss| ss.spans)
-            .map(|s| s.name);
-        self.0.spans.lock().unwrap().extend(names);
-        self.0.notify.notify_waiters();
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-async fn start_sink(c: Arc<Captured>) -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(Sink(c)).accept_compressed(tonic::codec::CompressionEncoding::Gzip))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-            .unwrap();
-    });
-    addr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,8 +39,7 @@ async fn agent_with_nvml_and_no_gpu_runs_the_other_pipelines() {
     tracing::subscriber::set_global_default(subscriber).unwrap();
     let _ = rustls::crypto::ring::default_provider().install_default();
 
-    let captured = Arc::new(Captured::default());
-    let sink = start_sink(captured.clone()).await;
+    let (sink, captured) = capture::grpc().await;
     let (http, health) = (free_port(), free_port());
     // An explicit missing library makes the reason the same on hosts that do have a GPU.
     let yaml = format!(
@@ -131,20 +87,13 @@ service:
         .await
         .unwrap();
     assert!(resp.status().is_success(), "{}", resp.status());
-    tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            let n = captured.notify.notified();
-            if !captured.spans.lock().unwrap().is_empty() {
-                return;
-            }
-            n.await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!("the traces pipeline delivers; log:\n{}", String::from_utf8_lossy(&logs.0.lock().unwrap()))
-    });
-    assert_eq!(*captured.spans.lock().unwrap(), vec!["llm_request".to_string()]);
+    tokio::time::timeout(Duration::from_secs(20), captured.wait_until("a span", |c| !c.spans().is_empty()))
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the traces pipeline delivers; log:\n{}", String::from_utf8_lossy(&logs.0.lock().unwrap()))
+        });
+    let names: Vec<String> = captured.spans().into_iter().map(|(_, _, s)| s.name).collect();
+    assert_eq!(names, vec!["llm_request".to_string()]);
 
     svc.shutdown(Duration::from_secs(5)).await;
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();

@@ -5,92 +5,21 @@
 use inferwatch_core::config;
 use inferwatch_core::graph::Service;
 use inferwatch_core::telemetry::Telemetry;
+use inferwatch_testkit::attrs::{resource_attrs, str_attr};
+use inferwatch_testkit::capture::{self, Captured};
 use opentelemetry::KeyValue;
 use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
 use opentelemetry::metrics::MeterProvider;
 use opentelemetry::trace::{Span, TraceContextExt, Tracer, TracerProvider};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
-use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
-    MetricsService, MetricsServiceServer,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_sdk::Resource;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
-
-#[derive(Default)]
-struct Captured {
-    traces: Mutex<Vec<ExportTraceServiceRequest>>,
-    metrics: Mutex<Vec<ExportMetricsServiceRequest>>,
-    logs: Mutex<Vec<ExportLogsServiceRequest>>,
-    notify: Notify,
-}
-
-#[derive(Clone)]
-struct Sink(Arc<Captured>);
-
-#[tonic::async_trait]
-impl TraceService for Sink {
-    async fn export(
-        &self,
-        r: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        self.0.traces.lock().unwrap().push(r.into_inner());
-        self.0.notify.notify_waiters();
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-#[tonic::async_trait]
-impl MetricsService for Sink {
-    async fn export(
-        &self,
-        r: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        self.0.metrics.lock().unwrap().push(r.into_inner());
-        self.0.notify.notify_waiters();
-        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
-    }
-}
-#[tonic::async_trait]
-impl LogsService for Sink {
-    async fn export(
-        &self,
-        r: tonic::Request<ExportLogsServiceRequest>,
-    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
-        self.0.logs.lock().unwrap().push(r.into_inner());
-        self.0.notify.notify_waiters();
-        Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
-    }
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Starts the capturing server and returns its address.
-async fn start_sink(c: Arc<Captured>) -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let s = Sink(c);
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(s.clone()).accept_compressed(tonic::codec::CompressionEncoding::Gzip))
-            .add_service(
-                MetricsServiceServer::new(s.clone()).accept_compressed(tonic::codec::CompressionEncoding::Gzip),
-            )
-            .add_service(LogsServiceServer::new(s).accept_compressed(tonic::codec::CompressionEncoding::Gzip))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-            .unwrap();
-    });
-    addr
 }
 
 /// Starts an agent whose pipelines end in the sink; returns it and its gRPC and HTTP ports.
@@ -127,37 +56,15 @@ service:
     (svc, g, h)
 }
 
-async fn wait_for(c: &Captured, what: impl Fn(&Captured) -> bool) {
-    tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            let n = c.notify.notified();
-            if what(c) {
-                return;
-            }
-            n.await;
-        }
-    })
-    .await
-    .expect("data did not arrive in time");
-}
-
 /// A received span: name, trace id, span id, attributes (debug-printed), resource service.name.
 type SeenSpan = (String, Vec<u8>, Vec<u8>, Vec<(String, String)>, String);
 
 fn span_names(c: &Captured) -> Vec<SeenSpan> {
     let mut out = Vec::new();
-    for req in c.traces.lock().unwrap().iter() {
+    for req in c.traces().iter() {
         for rs in &req.resource_spans {
-            let service = rs
-                .resource
-                .as_ref()
-                .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
-                .and_then(|kv| kv.value.as_ref())
-                .and_then(|v| match &v.value {
-                    Some(Value::StringValue(s)) => Some(s.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
+            let service =
+                str_attr(resource_attrs(rs.resource.as_ref()), "service.name").unwrap_or_default().to_string();
             for ss in &rs.scope_spans {
                 for s in &ss.spans {
                     let attrs = s
@@ -205,8 +112,7 @@ async fn flush_traces(p: opentelemetry_sdk::trace::SdkTracerProvider) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sdk_traces_over_grpc_and_http_arrive_intact() {
-    let captured = Arc::new(Captured::default());
-    let sink = start_sink(captured.clone()).await;
+    let (sink, captured) = capture::grpc().await;
     let (svc, g, h) = start_agent(sink).await;
 
     let mut expected = Vec::new();
@@ -231,7 +137,7 @@ async fn sdk_traces_over_grpc_and_http_arrive_intact() {
         expected.extend(send_spans(&provider, prefix).into_iter().map(|s| (s, format!("svc-{prefix}"))));
         flush_traces(provider).await;
     }
-    wait_for(&captured, |c| span_names(c).len() >= 15).await;
+    captured.wait_until("15 spans", |c| span_names(c).len() >= 15).await;
     let got = span_names(&captured);
     assert_eq!(got.len(), 15, "every span exactly once");
     for ((name, tid, sid), service) in &expected {
@@ -251,8 +157,7 @@ async fn sdk_traces_over_grpc_and_http_arrive_intact() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sdk_metrics_and_logs_over_grpc_arrive_intact() {
-    let captured = Arc::new(Captured::default());
-    let sink = start_sink(captured.clone()).await;
+    let (sink, captured) = capture::grpc().await;
     let (svc, g, _h) = start_agent(sink).await;
 
     let mexp = opentelemetry_otlp::MetricExporter::builder()
@@ -293,26 +198,25 @@ async fn sdk_metrics_and_logs_over_grpc_arrive_intact() {
     .await
     .unwrap();
 
-    wait_for(&captured, |c| {
-        !c.metrics.lock().unwrap().is_empty()
-            && c.logs.lock().unwrap().iter().map(|r| r.resource_logs.len()).sum::<usize>() > 0
-    })
-    .await;
-    wait_for(&captured, |c| {
-        c.logs
-            .lock()
-            .unwrap()
-            .iter()
-            .flat_map(|r| &r.resource_logs)
-            .flat_map(|r| &r.scope_logs)
-            .map(|s| s.log_records.len())
-            .sum::<usize>()
-            >= 3
-    })
-    .await;
+    captured
+        .wait_until("metrics and logs", |c| {
+            !c.metrics().is_empty() && c.logs().iter().map(|r| r.resource_logs.len()).sum::<usize>() > 0
+        })
+        .await;
+    captured
+        .wait_until("3 log records", |c| {
+            c.logs()
+                .iter()
+                .flat_map(|r| &r.resource_logs)
+                .flat_map(|r| &r.scope_logs)
+                .map(|s| s.log_records.len())
+                .sum::<usize>()
+                >= 3
+        })
+        .await;
 
     // Metrics: the counter sums per attribute set and the histogram count/sum.
-    let metrics = captured.metrics.lock().unwrap().clone();
+    let metrics = captured.metrics();
     let all: Vec<_> = metrics
         .iter()
         .flat_map(|r| &r.resource_metrics)
@@ -344,7 +248,7 @@ async fn sdk_metrics_and_logs_over_grpc_arrive_intact() {
     assert_eq!(hd.data_points[0].count, 2);
     assert_eq!(hd.data_points[0].sum, Some(1.0));
 
-    let logs = captured.logs.lock().unwrap().clone();
+    let logs = captured.logs();
     let mut bodies: Vec<(String, i32)> = logs
         .iter()
         .flat_map(|r| &r.resource_logs)

@@ -17,25 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// Parses `20s`, `500ms`, `1.5m`, `2h` or a bare number of seconds.
+/// Parses `20s`, `500ms`, `1.5m`, `2h`, `1m30s`, `7d` (the workspace's syntax: Go's plus `d`
+/// and `w`) or a bare number of seconds.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num.trim().parse().map_err(|_| format!("invalid duration {s:?} (e.g. 20s, 500ms, 2m)"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("invalid duration {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(v * mul))
+    inferwatch_core::settings::parse_duration_or_secs(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Parser)]
@@ -304,5 +289,7 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("x").is_err());
         assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
     }
 }

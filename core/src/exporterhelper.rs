@@ -11,10 +11,11 @@ use crate::consumer::{ConsumeError, Consumer, RefuseReason};
 use crate::extension::file_storage::FileStorage;
 use crate::pdata::{Payload, Signal};
 use crate::queue::{DiskSettings, EnqueueError, Job, Queue, units};
-use crate::settings::{QueueBatchSettings, QueueSettings, RetrySettings};
+use crate::settings::{GoDuration, QueueBatchSettings, QueueSettings, RetrySettings};
 use crate::telemetry::ExporterMetrics;
 use async_trait::async_trait;
 use rand::Rng;
+use serde::de::{DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, Visitor};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -36,14 +37,89 @@ pub enum SendError {
 }
 
 /// One attempt to deliver a payload to a destination.
+///
+/// The retry loop calls [`Sender::prepare`] once per payload and sends what it built on every
+/// attempt. A plain `Sender` (test sinks, benches) builds nothing: each attempt calls
+/// [`Sender::send`] again. Network exporters implement [`RequestSender`] instead, which encodes
+/// (and compresses) the request once so that a retry resends the same bytes.
 #[async_trait]
 pub trait Sender: Send + Sync + 'static {
     /// Prepares connections; called once before the first send.
     async fn start(&self) -> Result<(), ComponentError> {
         Ok(())
     }
-    /// Tries once to deliver `data`.
+    /// Tries once to deliver `data` (encoding it first).
     async fn send(&self, data: &Payload) -> Result<(), SendError>;
+    /// What every attempt to deliver `data` sends; the default sends `data` afresh each time.
+    fn prepare<'a>(&'a self, data: &'a Payload) -> Result<Box<dyn Attempt + 'a>, SendError> {
+        Ok(Box::new(Resend { sender: self, data }))
+    }
+}
+
+/// One built request, sent again on each retry (see [`Sender::prepare`]).
+#[async_trait]
+pub trait Attempt: Send + Sync {
+    /// Tries once to deliver the request.
+    async fn send(&self) -> Result<(), SendError>;
+}
+
+/// The default [`Attempt`]: calls [`Sender::send`] with the payload each time.
+struct Resend<'a, S: ?Sized> {
+    sender: &'a S,
+    data: &'a Payload,
+}
+
+#[async_trait]
+impl<S: Sender + ?Sized> Attempt for Resend<'_, S> {
+    async fn send(&self) -> Result<(), SendError> {
+        self.sender.send(self.data).await
+    }
+}
+
+/// A sender split in two: [`RequestSender::encode`] builds the request of a payload once (the
+/// body, compressed, with what is fixed for all its attempts) and [`RequestSender::send`] sends
+/// it once; retries resend the built request. Every `RequestSender` is a [`Sender`].
+#[async_trait]
+pub trait RequestSender: Send + Sync + 'static {
+    /// What one payload becomes on the wire.
+    type Request: Send + Sync;
+    /// Prepares connections; called once before the first send.
+    async fn start(&self) -> Result<(), ComponentError> {
+        Ok(())
+    }
+    /// Builds the request of `data` (runs once per payload, in the client scope of its batch).
+    fn encode(&self, data: &Payload) -> Result<Self::Request, SendError>;
+    /// Tries once to deliver `request` (per attempt: authentication headers, the connection).
+    async fn send(&self, request: &Self::Request) -> Result<(), SendError>;
+}
+
+/// An encoded request with the sender that delivers it.
+struct Encoded<'a, S: RequestSender> {
+    sender: &'a S,
+    request: S::Request,
+}
+
+#[async_trait]
+impl<S: RequestSender> Attempt for Encoded<'_, S> {
+    async fn send(&self) -> Result<(), SendError> {
+        RequestSender::send(self.sender, &self.request).await
+    }
+}
+
+#[async_trait]
+impl<S: RequestSender> Sender for S {
+    async fn start(&self) -> Result<(), ComponentError> {
+        RequestSender::start(self).await
+    }
+
+    async fn send(&self, data: &Payload) -> Result<(), SendError> {
+        let request = self.encode(data)?;
+        RequestSender::send(self, &request).await
+    }
+
+    fn prepare<'a>(&'a self, data: &'a Payload) -> Result<Box<dyn Attempt + 'a>, SendError> {
+        Ok(Box::new(Encoded { sender: self, request: self.encode(data)? }))
+    }
 }
 
 /// Back-off schedule for one payload's retries.
@@ -111,9 +187,11 @@ impl Shared {
             }
             Err(ConsumeError::refused(RefuseReason::ShuttingDown, None, "shutting down"))
         };
+        // Built by the first attempt, resent by the retries.
+        let mut prepared: Option<Box<dyn Attempt + '_>> = None;
         loop {
             let attempt = tokio::select! {
-                r = self.sender.send(&data) => r,
+                r = attempt(self.sender.as_ref(), &data, &mut prepared) => r,
                 _ = self.hard_stop.cancelled() => return stopped(),
             };
             match attempt {
@@ -152,6 +230,20 @@ impl Shared {
             }
         }
     }
+}
+
+/// One delivery attempt: builds the request on the first (an encoding error is the attempt's
+/// error), then sends what was built.
+async fn attempt<'a>(
+    sender: &'a dyn Sender,
+    data: &'a Payload,
+    prepared: &mut Option<Box<dyn Attempt + 'a>>,
+) -> Result<(), SendError> {
+    let a = match prepared {
+        Some(a) => a,
+        None => prepared.insert(sender.prepare(data)?),
+    };
+    a.send().await
 }
 
 tokio::task_local! {
@@ -530,6 +622,230 @@ async fn send_jobs(
     }
 }
 
+// ---- the settings every queued exporter has ------------------------------------------------
+
+/// `timeout`, `sending_queue` and `retry_on_failure` (otelcol's `exporterhelper` settings),
+/// read as keys of an exporter's own settings map (see [`Flatten`]) and checked here once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExporterSettings {
+    /// Deadline of one attempt (0: none).
+    pub timeout: GoDuration,
+    /// Sending queue.
+    pub sending_queue: QueueSettings,
+    /// Retries with back-off.
+    pub retry_on_failure: RetrySettings,
+}
+
+impl Default for ExporterSettings {
+    fn default() -> Self {
+        ExporterSettings::with_timeout(Duration::from_secs(5))
+    }
+}
+
+impl ExporterSettings {
+    /// The keys these settings read, in otelcol's order.
+    pub const KEYS: [&'static str; 3] = ["timeout", "sending_queue", "retry_on_failure"];
+
+    /// The defaults with this `timeout`.
+    pub fn with_timeout(timeout: Duration) -> Self {
+        ExporterSettings {
+            timeout: GoDuration(timeout),
+            sending_queue: QueueSettings::default(),
+            retry_on_failure: RetrySettings::default(),
+        }
+    }
+
+    /// The defaults with one sending consumer (for exporters whose requests must stay in order;
+    /// the keys not written keep it).
+    pub fn one_consumer(mut self) -> Self {
+        self.sending_queue.num_consumers = 1;
+        self
+    }
+
+    /// The timeout of one attempt; zero means none.
+    pub fn timeout(&self) -> Option<Duration> {
+        (!self.timeout.0.is_zero()).then_some(self.timeout.0)
+    }
+
+    /// Checks `sending_queue` ([`QueueSettings::check`]) and `retry_on_failure` as otelcol does.
+    pub fn check(&self) -> Result<(), FieldError> {
+        self.sending_queue.check()?;
+        check_retry(&self.retry_on_failure)
+    }
+
+    /// [`ExporterSettings::check`] for an exporter that must send with one consumer: an enabled
+    /// queue with more is refused with `num_consumers must be 1 for <why>`.
+    pub fn check_one_consumer(&self, why: &str) -> Result<(), FieldError> {
+        self.sending_queue.check()?;
+        if self.sending_queue.enabled && self.sending_queue.num_consumers != 1 {
+            return Err(FieldError::at("sending_queue.num_consumers", format!("num_consumers must be 1 for {why}")));
+        }
+        check_retry(&self.retry_on_failure)
+    }
+
+    /// The exporter node of `sender` with these settings (see [`QueuedExporter::create`]).
+    pub fn node(
+        &self,
+        ctx: &CreateContext,
+        signal: Signal,
+        sender: Arc<dyn Sender>,
+    ) -> Result<crate::component::NodeRef, ComponentError> {
+        let e = QueuedExporter::create(ctx, signal, sender, self.sending_queue.clone(), self.retry_on_failure.clone())?;
+        Ok(Arc::new(e))
+    }
+
+    /// Reads the value of `key` (one of [`ExporterSettings::KEYS`]) from `map`.
+    fn read<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "timeout" => self.timeout = map.next_value()?,
+            "sending_queue" => self.sending_queue = map.next_value_seed(QueueOver(self.sending_queue.clone()))?,
+            _ => self.retry_on_failure = map.next_value()?,
+        }
+        Ok(())
+    }
+}
+
+/// Checks `retry_on_failure` as otelcol does.
+fn check_retry(r: &RetrySettings) -> Result<(), FieldError> {
+    if !(0.0..=1.0).contains(&r.randomization_factor) {
+        return Err(FieldError::at(
+            "retry_on_failure.randomization_factor",
+            "randomization_factor must be within [0, 1]",
+        ));
+    }
+    if !(r.multiplier.is_finite() && r.multiplier > 0.0) {
+        return Err(FieldError::at("retry_on_failure.multiplier", "multiplier must be positive"));
+    }
+    Ok(())
+}
+
+/// `sending_queue` over the exporter's defaults.
+struct QueueOver(QueueSettings);
+
+impl<'de> DeserializeSeed<'de> for QueueOver {
+    type Value = QueueSettings;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<QueueSettings, D::Error> {
+        QueueSettings::deserialize_over(d, self.0)
+    }
+}
+
+/// A deserializer that reads an exporter's settings map, giving [`ExporterSettings::KEYS`] to
+/// `settings` as they are read and the other keys to the exporter's own struct (derived with
+/// `#[serde(remote = "Self")]`, its `ExporterSettings` field `#[serde(skip)]`). Any other key is
+/// refused with serde's message (`unknown field `x`, expected one of ...`, both sets of keys
+/// listed) while the key is read, so that its error path is the key's. (serde's `flatten`
+/// cannot be combined with `deny_unknown_fields`, and loses the paths of errors inside.)
+pub struct Flatten<'s, D> {
+    /// The map's deserializer.
+    pub inner: D,
+    /// Where the exporter settings go (holding the exporter's defaults).
+    pub settings: &'s mut ExporterSettings,
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for Flatten<'_, D> {
+    type Error = D::Error;
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_struct(name, fields, FlattenVisitor { visitor, settings: self.settings, fields })
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_map(FlattenVisitor { visitor, settings: self.settings, fields: &[] })
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+        unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+    }
+}
+
+struct FlattenVisitor<'s, V> {
+    visitor: V,
+    settings: &'s mut ExporterSettings,
+    fields: &'static [&'static str],
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for FlattenVisitor<'_, V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.visitor.expecting(f)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.visitor.visit_map(FlattenMap { map, settings: self.settings, fields: self.fields })
+    }
+}
+
+struct FlattenMap<'s, A> {
+    map: A,
+    settings: &'s mut ExporterSettings,
+    fields: &'static [&'static str],
+}
+
+/// A key of the flattened map: the struct's own, or one of [`ExporterSettings::KEYS`].
+enum Key {
+    Own(String),
+    Settings(&'static str),
+}
+
+/// Reads a key, refusing one that is neither the struct's nor an exporter setting.
+struct KeySeed {
+    fields: &'static [&'static str],
+}
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+        d.deserialize_identifier(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key, E> {
+        if self.fields.contains(&v) {
+            Ok(Key::Own(v.to_string()))
+        } else if let Some(k) = ExporterSettings::KEYS.iter().find(|k| **k == v) {
+            Ok(Key::Settings(k))
+        } else {
+            let all: Vec<String> =
+                self.fields.iter().chain(ExporterSettings::KEYS.iter()).map(|k| format!("`{k}`")).collect();
+            Err(E::custom(format!("unknown field `{v}`, expected one of {}", all.join(", "))))
+        }
+    }
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for FlattenMap<'_, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+        loop {
+            match self.map.next_key_seed(KeySeed { fields: self.fields })? {
+                None => return Ok(None),
+                Some(Key::Own(k)) => return seed.deserialize(k.into_deserializer()).map(Some),
+                Some(Key::Settings(k)) => self.settings.read(k, &mut self.map)?,
+            }
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -574,6 +890,138 @@ mod tests {
             max_interval: GoDuration(Duration::from_millis(5)),
             ..Default::default()
         }
+    }
+
+    /// Encodes a payload to its span count plus a sequence number (a re-encode shows as a new
+    /// number), fails the first `fail_first` attempts, and records what each attempt sent.
+    #[derive(Default)]
+    struct Encoding {
+        encodes: AtomicUsize,
+        fail_first: usize,
+        sent: parking_lot::Mutex<Vec<(usize, usize)>>,
+    }
+    #[async_trait]
+    impl RequestSender for Encoding {
+        type Request = (usize, usize);
+        fn encode(&self, d: &Payload) -> Result<(usize, usize), SendError> {
+            let n = self.encodes.fetch_add(1, Ordering::SeqCst);
+            if d.item_count() == 0 {
+                return Err(SendError::Permanent("nothing to encode".into()));
+            }
+            Ok((d.item_count(), n))
+        }
+        async fn send(&self, r: &(usize, usize)) -> Result<(), SendError> {
+            let mut sent = self.sent.lock();
+            sent.push(*r);
+            if sent.len() <= self.fail_first {
+                return Err(SendError::Retryable { message: "down".into(), retry_after: None });
+            }
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn retries_resend_the_request_encoded_once() {
+        let t = Telemetry::new();
+        let m = t.exporter(&ComponentId::parse("x").unwrap(), Signal::Traces);
+        let s = Arc::new(Encoding { fail_first: 3, ..Default::default() });
+        let e = QueuedExporter::new("x".into(), Signal::Traces, s.clone(), m.clone(), q(1, 10), fast_retry());
+        e.start().await.unwrap();
+        e.consume(spans(5)).await.unwrap();
+        e.consume(spans(2)).await.unwrap();
+        e.shutdown(Instant::now() + Duration::from_secs(5)).await;
+        assert_eq!(m.sent.get(), 7);
+        assert_eq!(s.encodes.load(Ordering::SeqCst), 2, "one encode per payload, none per retry");
+        assert_eq!(*s.sent.lock(), vec![(5, 0), (5, 0), (5, 0), (5, 0), (2, 1)], "retries send the first request");
+        // An encoding error is the attempt's: permanent, dropped and counted.
+        let m2 = t.exporter(&ComponentId::parse("y").unwrap(), Signal::Traces);
+        let e2 = QueuedExporter::new("y".into(), Signal::Traces, s.clone(), m2.clone(), q(1, 10), fast_retry());
+        e2.start().await.unwrap();
+        e2.consume(spans(0)).await.unwrap();
+        e2.shutdown(Instant::now() + Duration::from_secs(5)).await;
+        assert_eq!(s.encodes.load(Ordering::SeqCst), 3);
+        assert_eq!(s.sent.lock().len(), 5, "nothing sent");
+        // A plain call through `Sender` encodes and sends once.
+        assert!(Sender::send(s.as_ref(), &spans(1)).await.is_ok());
+        assert_eq!((s.encodes.load(Ordering::SeqCst), s.sent.lock().last().copied()), (4, Some((1, 3))));
+    }
+
+    /// An exporter's settings with the exporter settings read from the same map.
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(remote = "Self", deny_unknown_fields)]
+    struct Exp {
+        #[serde(default)]
+        endpoint: String,
+        #[serde(skip)]
+        exporter: ExporterSettings,
+    }
+    impl<'de> serde::Deserialize<'de> for Exp {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let mut s = ExporterSettings::with_timeout(Duration::from_secs(30)).one_consumer();
+            let mut v = Exp::deserialize(Flatten { inner: d, settings: &mut s })?;
+            v.exporter = s;
+            Ok(v)
+        }
+    }
+
+    #[test]
+    fn exporter_settings_are_read_from_the_exporters_map_and_checked() {
+        let parse = |v: serde_json::Value| crate::component::parse_config::<Exp>(&v);
+        let e = parse(serde_json::json!({"endpoint": "x"})).unwrap();
+        assert_eq!(
+            (e.endpoint.as_str(), e.exporter.timeout(), e.exporter.sending_queue.num_consumers),
+            ("x", Some(Duration::from_secs(30)), 1)
+        );
+        let e = parse(serde_json::json!({
+            "timeout": "0s", "endpoint": "y", "sending_queue": {"queue_size": 7},
+            "retry_on_failure": {"initial_interval": "1s"},
+        }))
+        .unwrap();
+        assert_eq!(e.exporter.timeout(), None);
+        assert_eq!((e.exporter.sending_queue.queue_size, e.exporter.sending_queue.num_consumers), (7, 1));
+        assert_eq!(e.exporter.retry_on_failure.initial_interval.0, Duration::from_secs(1));
+        assert_eq!(e.exporter.retry_on_failure.max_interval.0, Duration::from_secs(30));
+        // Errors keep their paths, inside the exporter settings too.
+        let at = |p: &str| FieldError::at(p, "").path;
+        let err = |v: serde_json::Value| parse(v).unwrap_err();
+        assert_eq!(err(serde_json::json!({"timeout": "5 parsecs"})).path, at("timeout"));
+        assert_eq!(err(serde_json::json!({"sending_queue": {"bogus": 1}})).path, at("sending_queue.bogus"));
+        assert_eq!(
+            err(serde_json::json!({"retry_on_failure": {"multiplier": "x"}})).path,
+            at("retry_on_failure.multiplier")
+        );
+        let unknown = err(serde_json::json!({"endpoint": "x", "timout": "1s"}));
+        assert_eq!(unknown.path, at("timout"));
+        assert_eq!(
+            unknown.message,
+            "unknown field `timout`, expected one of `endpoint`, `timeout`, `sending_queue`, `retry_on_failure`"
+        );
+        // The checks.
+        let ok = ExporterSettings::default();
+        assert!(ok.check().is_ok());
+        assert!(ok.check_one_consumer("x").is_err(), "ten consumers by default");
+        let one = ExporterSettings::default().one_consumer();
+        assert!(one.check_one_consumer("x: why").is_ok());
+        let e = ok.check_one_consumer("x: why").unwrap_err();
+        assert_eq!(e, FieldError::at("sending_queue.num_consumers", "num_consumers must be 1 for x: why"));
+        let mut off = ok.clone();
+        off.sending_queue.enabled = false;
+        assert!(off.check_one_consumer("x").is_ok(), "a disabled queue has no consumers");
+        let mut off = ExporterSettings::default();
+        (off.sending_queue.enabled, off.sending_queue.queue_size, off.sending_queue.num_consumers) = (false, 0, 0);
+        assert!(off.check().is_ok(), "a disabled queue needs no room and no workers");
+        let mut bad = ok.clone();
+        bad.sending_queue.queue_size = 0;
+        assert_eq!(bad.check().unwrap_err(), FieldError::at("sending_queue.queue_size", "queue_size must be positive"));
+        let mut bad = ok.clone();
+        bad.retry_on_failure.randomization_factor = 1.5;
+        assert_eq!(bad.check().unwrap_err().path, at("retry_on_failure.randomization_factor"));
+        bad.retry_on_failure.randomization_factor = 0.5;
+        bad.retry_on_failure.multiplier = 0.0;
+        assert_eq!(
+            bad.check().unwrap_err(),
+            FieldError::at("retry_on_failure.multiplier", "multiplier must be positive")
+        );
     }
 
     #[tokio::test]

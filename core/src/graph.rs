@@ -7,32 +7,19 @@
 //! is ready; shutdown stops receivers first, then flushes nodes from upstream to downstream.
 
 use crate::arrow::stage::{ArrowStage, StageContext};
-use crate::component::{ComponentError, ComponentId, CreateContext, Extension, NodeRef, Receiver, ReceiverConsumers};
+use crate::component::{Extension, NodeRef, Receiver, ReceiverConsumers};
 use crate::config::{Config, PipelineConfig, PipelineId};
 use crate::consumer::{ConsumerRef, Fanout};
+use crate::host::CreateContext;
 use crate::host::Host;
+pub use crate::host::StatusHandle;
 use crate::pdata::Signal;
 use crate::registry::Registry;
 use crate::telemetry::Telemetry;
+use crate::vocab::{ComponentError, ComponentId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// Tells whether every pipeline is running (read by the health check).
-#[derive(Clone, Default)]
-pub struct StatusHandle(Arc<AtomicBool>);
-
-impl StatusHandle {
-    /// True while every pipeline is running.
-    pub fn is_running(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-    /// Sets the running state.
-    pub fn set_running(&self, v: bool) {
-        self.0.store(v, Ordering::SeqCst)
-    }
-}
 
 /// A failure to build or start the graph, naming the component.
 #[derive(Debug, thiserror::Error)]

@@ -18,7 +18,8 @@ pub mod settings;
 pub mod state;
 pub mod telemetry;
 pub mod tls;
+pub mod vocab;
 
-pub use component::{ComponentId, ComponentKind};
 pub use consumer::{ConsumeError, Consumer, RefuseReason};
 pub use pdata::{Payload, Signal};
+pub use vocab::{ComponentId, ComponentKind};

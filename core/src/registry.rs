@@ -1,8 +1,7 @@
 //! The table of component factories, keyed by kind and type name.
 
-use crate::component::{
-    ComponentKind, ConnectorFactory, ExporterFactory, ExtensionFactory, ProcessorFactory, ReceiverFactory,
-};
+use crate::component::{ConnectorFactory, ExporterFactory, ExtensionFactory, ProcessorFactory, ReceiverFactory};
+use crate::vocab::ComponentKind;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -4,54 +4,119 @@ use serde::{Deserialize, Deserializer};
 use std::fmt;
 use std::time::Duration;
 
-/// A duration written as otelcol writes it: `200ms`, `5s`, `1m30s`, `1.5h` (Go's syntax).
+/// A duration written as otelcol writes it: `200ms`, `5s`, `1m30s`, `1.5h` (Go's syntax), plus
+/// days and weeks (`7d`, `1w2d`); see [`parse_go_duration`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct GoDuration(pub Duration);
 
 /// Why a duration string is malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {0:?}: expected a number with a unit (ns, us, ms, s, m, h), e.g. 200ms, 5s, 1m30s")]
-pub struct DurationError(pub String);
+#[error("invalid duration {input:?}: {reason}")]
+pub struct DurationError {
+    /// The text as given.
+    pub input: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
 
-/// Parses a Go duration string (`0` alone is allowed).
+impl DurationError {
+    fn new(input: &str, reason: impl Into<String>) -> Self {
+        DurationError { input: input.to_string(), reason: reason.into() }
+    }
+}
+
+/// The units a duration string may use, for error messages.
+const UNITS: &str = "ns, us, ms, s, m, h, d, w; e.g. 200ms, 5s, 1m30s, 7d";
+
+/// The longest duration accepted: Go's `time.Duration` maximum, 2^63 - 1 nanoseconds (about 292 years).
+pub const MAX_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
+
+/// Nanoseconds in one unit of a duration string.
+fn unit_nanos(unit: &str) -> Option<u128> {
+    Some(match unit {
+        "ns" => 1,
+        "us" | "µs" | "μs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60 * 1_000_000_000,
+        "h" => 3_600 * 1_000_000_000,
+        "d" => 86_400 * 1_000_000_000,
+        "w" => 7 * 86_400 * 1_000_000_000,
+        _ => return None,
+    })
+}
+
+/// Parses a duration: Go's `time.ParseDuration` syntax (a sequence of decimal numbers, each with
+/// an optional fraction and a unit: `300ms`, `1.5h`, `2h45m`; units `ns`, `us`/`µs`, `ms`, `s`,
+/// `m`, `h`) plus `d` (24h) and `w` (7d), e.g. `7d`, `1w2d`. `0` alone is allowed; a leading `+`
+/// is ignored. Negative durations, a number without a unit, and durations above
+/// [`MAX_DURATION`] are refused. The one parser for every duration the workspace reads.
 pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
-    let err = || DurationError(s.to_string());
+    let fail = |reason: &str| DurationError::new(s, reason);
+    let too_long = || fail("longer than the maximum, 2562047h47m16.854775807s (Go's limit)");
     let t = s.trim();
+    let t = t.strip_prefix('+').unwrap_or(t);
     if t == "0" {
         return Ok(Duration::ZERO);
     }
-    if t.is_empty() || t.starts_with('-') {
-        return Err(err());
+    if t.is_empty() {
+        return Err(fail(&format!("empty (expected numbers with units: {UNITS})")));
     }
-    let t = t.strip_prefix('+').unwrap_or(t);
-    let bytes = t.as_bytes();
-    let mut i = 0;
-    let mut total = 0f64;
-    while i < bytes.len() {
-        let start = i;
-        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
-            i += 1;
+    if t.starts_with('-') {
+        return Err(fail("negative durations are not allowed"));
+    }
+    let max = MAX_DURATION.as_nanos();
+    let mut rest = t;
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        // Integer part (exact; overflow is an error).
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let mut whole: u128 = 0;
+        for b in rest[..int_len].bytes() {
+            whole = whole * 10 + u128::from(b - b'0');
+            if whole > max {
+                return Err(too_long());
+            }
         }
-        let num: f64 = t[start..i].parse().map_err(|_| err())?;
-        let ustart = i;
-        while i < bytes.len() && !(bytes[i].is_ascii_digit() || bytes[i] == b'.') {
-            i += 1;
+        rest = &rest[int_len..];
+        // Fraction: digits past the 18th cannot matter at nanosecond resolution and are dropped.
+        let (mut frac, mut scale, mut frac_len) = (0u128, 1u128, 0usize);
+        if let Some(r) = rest.strip_prefix('.') {
+            frac_len = r.bytes().take_while(u8::is_ascii_digit).count();
+            for b in r[..frac_len].bytes().take(18) {
+                frac = frac * 10 + u128::from(b - b'0');
+                scale *= 10;
+            }
+            rest = &r[frac_len..];
         }
-        let unit = match &t[ustart..i] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(err()),
+        if int_len == 0 && frac_len == 0 {
+            return Err(fail(&format!("expected a number before {rest:?} ({UNITS})")));
+        }
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit = match &rest[..unit_len] {
+            "" => return Err(fail(&format!("missing unit ({UNITS})"))),
+            u => unit_nanos(u).ok_or_else(|| fail(&format!("unknown unit {u:?} ({UNITS})")))?,
         };
-        total += num * unit;
+        rest = &rest[unit_len..];
+        total += whole * unit + frac * unit / scale;
+        if total > max {
+            return Err(too_long());
+        }
     }
-    if !total.is_finite() || total > 1e12 {
-        return Err(err());
+    Ok(Duration::from_nanos(total as u64))
+}
+
+/// Parses a duration as [`parse_go_duration`] does, or a bare number of seconds (`2.5`, `30`),
+/// for command-line flags and scenario files that accept either.
+pub fn parse_duration_or_secs(s: &str) -> Result<Duration, DurationError> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs)
+            .ok()
+            .filter(|d| *d <= MAX_DURATION)
+            .ok_or_else(|| DurationError::new(s, "seconds must be a number from 0 to 9223372036"));
     }
-    Ok(Duration::from_secs_f64(total))
+    parse_go_duration(t)
 }
 
 impl<'de> Deserialize<'de> for GoDuration {
@@ -230,8 +295,8 @@ impl Default for QueueSettings {
 impl QueueSettings {
     /// Checks `sending_queue` as otelcol does: a queue that is on needs room and workers, and
     /// its batch settings must be coherent.
-    pub fn check(&self) -> Result<(), crate::component::FieldError> {
-        use crate::component::FieldError;
+    pub fn check(&self) -> Result<(), crate::vocab::FieldError> {
+        use crate::vocab::FieldError;
         if self.enabled && self.queue_size == 0 {
             return Err(FieldError::at("sending_queue.queue_size", "queue_size must be positive"));
         }
@@ -472,6 +537,98 @@ mod tests {
         for bad in ["", "5", "5x", "-1s", "s", "1..2s"] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn durations_with_days_and_weeks() {
+        let day = Duration::from_secs(86_400);
+        assert_eq!(parse_go_duration("7d").unwrap(), 7 * day);
+        assert_eq!(parse_go_duration("1w2d").unwrap(), 9 * day);
+        assert_eq!(parse_go_duration("1w").unwrap(), 7 * day);
+        assert_eq!(parse_go_duration("1d12h").unwrap(), Duration::from_secs(129_600));
+        assert_eq!(parse_go_duration("1.5d").unwrap(), Duration::from_secs(129_600));
+        assert_eq!(parse_go_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_go_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_go_duration("1.5h").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_go_duration(" 2h45m ").unwrap(), Duration::from_secs(9900));
+        assert_eq!(parse_go_duration("+5s").unwrap(), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn durations_are_exact_like_go() {
+        assert_eq!(parse_go_duration("1ns").unwrap(), Duration::from_nanos(1));
+        assert_eq!(parse_go_duration("1.5us").unwrap(), Duration::from_nanos(1500));
+        assert_eq!(parse_go_duration("2µs").unwrap(), Duration::from_micros(2));
+        assert_eq!(parse_go_duration(".5s").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_go_duration("1.s").unwrap(), Duration::from_secs(1));
+        // 0.1 + 0.2 is not 0.3 in floating point; the parser is exact.
+        assert_eq!(parse_go_duration("0.1s0.2s").unwrap(), Duration::from_millis(300));
+        assert_eq!(parse_go_duration("1.0000000001s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_go_duration("0.123456789123456789123s").unwrap(), Duration::from_nanos(123_456_789));
+        assert_eq!(parse_go_duration("9223372036854775807ns").unwrap(), MAX_DURATION);
+        assert_eq!(parse_go_duration("2562047h").unwrap(), Duration::from_secs(2_562_047 * 3600));
+    }
+
+    #[test]
+    fn durations_overflowing_or_malformed_are_refused() {
+        for bad in [
+            "9223372036854775808ns",
+            "2562048h",
+            "106752d",
+            "15251w",
+            "2562047h48m",
+            "99999999999999999999999999999999999999999s",
+            "1e3s",
+            "7days",
+            "7D",
+            "1w2",
+            ".",
+            ".s",
+            "d",
+            "-7d",
+            "- 7d",
+            "7 d",
+            "1h 30m",
+            "abc",
+            "0x10s",
+            "inf",
+            "NaN",
+        ] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn duration_errors_say_what_is_wrong() {
+        let reason = |s: &str| parse_go_duration(s).unwrap_err().reason;
+        assert!(reason("5x").starts_with("unknown unit \"x\""), "{}", reason("5x"));
+        assert!(reason("5").starts_with("missing unit"), "{}", reason("5"));
+        assert!(reason("-1s").starts_with("negative"), "{}", reason("-1s"));
+        assert!(reason("200000w").starts_with("longer than the maximum"), "{}", reason("200000w"));
+        assert!(reason("h").starts_with("expected a number"), "{}", reason("h"));
+        let e = parse_go_duration("7days").unwrap_err().to_string();
+        assert!(e.starts_with("invalid duration \"7days\": unknown unit \"days\""), "{e}");
+    }
+
+    #[test]
+    fn durations_or_bare_seconds() {
+        assert_eq!(parse_duration_or_secs("2.5").unwrap(), Duration::from_millis(2500));
+        assert_eq!(parse_duration_or_secs("5").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration_or_secs("7d").unwrap(), Duration::from_secs(7 * 86_400));
+        for bad in ["-1", "inf", "NaN", "1e30", "-1s", "x"] {
+            assert!(parse_duration_or_secs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn go_duration_deserializes_days() {
+        #[derive(Deserialize)]
+        struct C {
+            d: GoDuration,
+        }
+        let c: C = serde_json::from_str(r#"{"d": "1w2d"}"#).unwrap();
+        assert_eq!(c.d.0, Duration::from_secs(9 * 86_400));
+        assert!(serde_json::from_str::<C>(r#"{"d": "7days"}"#).is_err());
     }
 
     #[test]

@@ -4,13 +4,15 @@
 //! `target_info`, and readable family by family ([`Telemetry::on_family`]) for the OTLP push of
 //! `service.telemetry.metrics.readers[].periodic`.
 
-use crate::component::ComponentId;
 use crate::pdata::Signal;
+use crate::vocab::ComponentId;
 use exposition::Format;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+pub use crate::server::ListenerMetrics;
 
 type Labels = Vec<(String, String)>;
 
@@ -246,13 +248,84 @@ impl PerSignal {
     }
 }
 
+/// A family a component declared through [`Telemetry::component_counter`] or
+/// [`Telemetry::component_gauge`].
+#[derive(Clone)]
+enum Declared {
+    Counters(CounterFamily),
+    Gauges(GaugeFamily),
+}
+
+impl Declared {
+    fn kind(&self) -> MetricKind {
+        match self {
+            Declared::Counters(_) => MetricKind::Counter,
+            Declared::Gauges(_) => MetricKind::Gauge,
+        }
+    }
+}
+
+/// Owned label pairs.
+fn owned(labels: &[(&str, &str)]) -> Labels {
+    labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// A counter family a component declares beside itself (a `const`): its name (OpenMetrics
+/// name, without `_total`), help text and label names. Core registers it on first use.
+#[derive(Debug, Clone, Copy)]
+pub struct Counters<const N: usize> {
+    /// The family's name, without `_total`.
+    pub name: &'static str,
+    /// Its help text.
+    pub help: &'static str,
+    /// Its label names, in the order the values are given.
+    pub labels: [&'static str; N],
+}
+
+impl<const N: usize> Counters<N> {
+    /// The declaration of family `name` with `help` and `labels`.
+    pub const fn new(name: &'static str, help: &'static str, labels: [&'static str; N]) -> Self {
+        Counters { name, help, labels }
+    }
+
+    /// The counter of the series with label `values` (in [`Counters::labels`] order) in `telemetry`.
+    pub fn get(&self, telemetry: &Telemetry, values: [&str; N]) -> Counter {
+        let l: Vec<(&str, &str)> = self.labels.iter().copied().zip(values).collect();
+        telemetry.component_counter(self.name, self.help, &l)
+    }
+}
+
+/// A gauge family a component declares beside itself (a `const`): name, help text, label names.
+#[derive(Debug, Clone, Copy)]
+pub struct Gauges<const N: usize> {
+    /// The family's name.
+    pub name: &'static str,
+    /// Its help text.
+    pub help: &'static str,
+    /// Its label names, in the order the values are given.
+    pub labels: [&'static str; N],
+}
+
+impl<const N: usize> Gauges<N> {
+    /// The declaration of family `name` with `help` and `labels`.
+    pub const fn new(name: &'static str, help: &'static str, labels: [&'static str; N]) -> Self {
+        Gauges { name, help, labels }
+    }
+
+    /// The gauge of the series with label `values` (in [`Gauges::labels`] order) in `telemetry`.
+    pub fn get(&self, telemetry: &Telemetry, values: [&str; N]) -> Gauge {
+        let l: Vec<(&str, &str)> = self.labels.iter().copied().zip(values).collect();
+        telemetry.component_gauge(self.name, self.help, &l)
+    }
+}
+
 /// The agent's self-telemetry registry.
 pub struct Telemetry {
     registry: parking_lot::Mutex<Registry>,
     /// `service.telemetry.resource`, rendered as `target_info` on the pull endpoint.
     resource: parking_lot::RwLock<Labels>,
-    /// Counter families components declare for themselves, by name.
-    declared: parking_lot::Mutex<std::collections::HashMap<String, CounterFamily>>,
+    /// Families components declare for themselves, by name.
+    declared: parking_lot::Mutex<std::collections::HashMap<String, Declared>>,
     receiver_accepted: PerSignal,
     receiver_refused: PerSignal,
     exporter_sent: PerSignal,
@@ -277,11 +350,6 @@ pub struct Telemetry {
     // Robustness counters (state files set aside, recording rows outside the event-time window).
     state_unusable: CounterFamily,
     recording_out_of_window: CounterFamily,
-    replay_items: CounterFamily,
-    scrape_failures: CounterFamily,
-    nvml_available: GaugeFamily,
-    runtime_available: GaugeFamily,
-    gpu_enrich_items: CounterFamily,
     // Listeners (core::server) and receiver authentication.
     listener: ListenerFamilies,
 }
@@ -448,33 +516,7 @@ impl Telemetry {
             "Rows a recording exporter wrote outside the event-time window (reason: late or early)",
             recording_out_of_window.clone(),
         );
-        let replay_items = CounterFamily::default();
-        r.register("inferwatch_replay_items", "Items read from recordings by replay receivers", replay_items.clone());
-        let scrape_failures = CounterFamily::default();
-        r.register(
-            "inferwatch_scrape_failures",
-            "Failed scrapes of the prometheus receiver, by job, target and reason",
-            scrape_failures.clone(),
-        );
-        let nvml_available = GaugeFamily::default();
-        r.register(
-            "inferwatch_nvml_available",
-            "1 when an nvml receiver samples GPUs through NVML, 0 when it idles without it",
-            nvml_available.clone(),
-        );
-        let runtime_available = GaugeFamily::default();
-        r.register(
-            "inferwatch_lstm_ae_runtime_available",
-            "1 when a learned detector has ONNX Runtime loaded, 0 when it is disabled without it",
-            runtime_available.clone(),
-        );
         let listener = ListenerFamilies::register(&mut r);
-        let gpu_enrich_items = CounterFamily::default();
-        r.register(
-            "inferwatch_gpu_enrich_items",
-            "Items gpu_enrich saw, by processor, signal and result (matched, unmatched)",
-            gpu_enrich_items.clone(),
-        );
         let started = std::time::Instant::now();
         let computed = [
             (
@@ -533,11 +575,6 @@ impl Telemetry {
             checkpoints,
             state_unusable,
             recording_out_of_window,
-            replay_items,
-            scrape_failures,
-            nvml_available,
-            runtime_available,
-            gpu_enrich_items,
             listener,
         }
     }
@@ -634,41 +671,6 @@ impl Telemetry {
         self.recording_out_of_window.get_or_create(&l)
     }
 
-    /// Counter of items read by a replay receiver.
-    pub fn replay_items(&self, receiver: &ComponentId, signal: Signal) -> Counter {
-        let l: Labels = vec![("receiver".into(), receiver.to_string()), ("data_type".into(), signal.as_str().into())];
-        self.replay_items.get_or_create(&l)
-    }
-
-    /// Counter of failed scrapes of `target` in `job` for `reason` (`unreachable`, `timeout`, `http_status`, `parse`, `too_large`).
-    pub fn scrape_failures(&self, job: &str, target: &str, reason: &str) -> Counter {
-        let l: Labels =
-            vec![("job".into(), job.into()), ("target".into(), target.into()), ("reason".into(), reason.into())];
-        self.scrape_failures.get_or_create(&l)
-    }
-
-    /// Gauge of one nvml receiver: 1 while NVML works, 0 while it idles without it.
-    pub fn nvml_available(&self, receiver: &ComponentId) -> Gauge {
-        let l: Labels = vec![("receiver".into(), receiver.to_string())];
-        self.nvml_available.get_or_create(&l)
-    }
-
-    /// Gauge of one learned-detector processor: 1 with ONNX Runtime loaded, 0 when disabled without it.
-    pub fn lstm_ae_runtime_available(&self, processor: &ComponentId) -> Gauge {
-        let l: Labels = vec![("processor".into(), processor.to_string())];
-        self.runtime_available.get_or_create(&l)
-    }
-
-    /// Counter of items `processor` saw on `signal` with `result` (`matched`, `unmatched`).
-    pub fn gpu_enrich_items(&self, processor: &ComponentId, signal: Signal, result: &str) -> Counter {
-        let l: Labels = vec![
-            ("processor".into(), processor.to_string()),
-            ("data_type".into(), signal.as_str().into()),
-            ("result".into(), result.into()),
-        ];
-        self.gpu_enrich_items.get_or_create(&l)
-    }
-
     /// Handles of the listener named `listener` (`otlp/grpc`, `health_check`, ...).
     pub fn listener(&self, listener: &str) -> ListenerMetrics {
         self.listener.get(listener)
@@ -684,20 +686,51 @@ impl Telemetry {
     /// declares for itself, with `labels`; the family is registered on first use and shared by
     /// every later caller of the same name (whose `help` is then not used).
     pub fn component_counter(&self, name: &str, help: &str, labels: &[(&str, &str)]) -> Counter {
-        let fam = {
-            let mut declared = self.declared.lock();
-            match declared.get(name) {
-                Some(f) => f.clone(),
-                None => {
-                    let f = CounterFamily::default();
-                    self.registry.lock().register(name, help, f.clone());
-                    declared.insert(name.to_string(), f.clone());
-                    f
-                }
+        let l = owned(labels);
+        match self.declare(name, help, MetricKind::Counter) {
+            Some(Declared::Counters(f)) => f.get_or_create(&l),
+            _ => Counter::default(),
+        }
+    }
+
+    /// A gauge of the family `name` that a component declares for itself, with `labels`; as
+    /// [`Telemetry::component_counter`], registered on first use and shared by later callers.
+    pub fn component_gauge(&self, name: &str, help: &str, labels: &[(&str, &str)]) -> Gauge {
+        let l = owned(labels);
+        match self.declare(name, help, MetricKind::Gauge) {
+            Some(Declared::Gauges(f)) => f.get_or_create(&l),
+            _ => Gauge::default(),
+        }
+    }
+
+    /// The declared family `name` of `kind`, registered now when it is new; `None` (and a
+    /// warning) when `name` was declared before as the other kind.
+    fn declare(&self, name: &str, help: &str, kind: MetricKind) -> Option<Declared> {
+        let mut declared = self.declared.lock();
+        if let Some(f) = declared.get(name) {
+            if f.kind() == kind {
+                return Some(f.clone());
+            }
+            tracing::warn!(
+                family = name,
+                "self-metric family declared as both a counter and a gauge; the second is not exported"
+            );
+            return None;
+        }
+        let f = match kind {
+            MetricKind::Counter => {
+                let f = CounterFamily::default();
+                self.registry.lock().register(name, help, f.clone());
+                Declared::Counters(f)
+            }
+            MetricKind::Gauge => {
+                let f = GaugeFamily::default();
+                self.registry.lock().register(name, help, f.clone());
+                Declared::Gauges(f)
             }
         };
-        let l: Labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        fam.get_or_create(&l)
+        declared.insert(name.to_string(), f.clone());
+        Some(f)
     }
 
     /// Sets the `service.telemetry.resource` attributes (in order), served as `target_info`.
@@ -839,23 +872,6 @@ impl ListenerFamilies {
             accept_errors: self.accept_errors.get_or_create(&l),
         }
     }
-}
-
-/// Counters and gauges of one listener.
-#[derive(Clone, Default)]
-pub struct ListenerMetrics {
-    /// Connections open now.
-    pub connections: Gauge,
-    /// Connections closed at once at the cap (all busy).
-    pub refused: Counter,
-    /// Idle connections closed to make room.
-    pub evicted: Counter,
-    /// Connections closed by a timeout.
-    pub timed_out: Counter,
-    /// Failed or timed-out TLS handshakes.
-    pub tls_handshake_failures: Counter,
-    /// Accept errors.
-    pub accept_errors: Counter,
 }
 
 pub mod exposition {
@@ -1273,6 +1289,27 @@ mod tests {
         assert!(text.contains("# TYPE otelcol_process_memory_rss gauge\n"));
         // No resource, no target_info.
         assert!(!Telemetry::new().render_as(Format::Text).contains("target_info"));
+    }
+
+    #[test]
+    fn declared_families_register_on_first_use_with_their_labels() {
+        const HITS: Counters<2> =
+            Counters::new("inferwatch_test_hits", "Hits by a test component", ["component", "result"]);
+        const UP: Gauges<1> = Gauges::new("inferwatch_test_up", "1 while a test component is up", ["component"]);
+        let t = Telemetry::new();
+        assert!(!t.render().contains("inferwatch_test_hits"), "no family before a component declares it");
+        HITS.get(&t, ["a/1", "ok"]).inc_by(2);
+        HITS.get(&t, ["a/1", "ok"]).inc();
+        UP.get(&t, ["a/1"]).set(1);
+        let text = t.render_as(Format::Text);
+        assert!(text.contains("# HELP inferwatch_test_hits_total Hits by a test component\n"), "{text}");
+        assert!(text.contains("inferwatch_test_hits_total{component=\"a/1\",result=\"ok\"} 3\n"), "{text}");
+        assert!(text.contains("# TYPE inferwatch_test_up gauge\ninferwatch_test_up{component=\"a/1\"} 1\n"), "{text}");
+        // A name declared as a counter is not also a gauge: the gauge handle is not exported.
+        t.component_gauge("inferwatch_test_hits", "", &[("component", "b")]).set(9);
+        let text = t.render_as(Format::Text);
+        assert_eq!(text.matches("# TYPE inferwatch_test_hits_total").count(), 1, "{text}");
+        assert!(!text.contains("component=\"b\""), "{text}");
     }
 
     #[test]

@@ -195,7 +195,7 @@ fn real_corpus_loads_with_every_window() {
     let listed: usize = raw.values().map(|v| v.as_array().unwrap().len()).sum();
     assert_eq!(listed, 116);
     assert_eq!(c.windows(), listed);
-    // Every window limit is a row's timestamp; together they cover 33,495 rows (anomaly.md §1.3).
+    // Every window limit is a row's timestamp; together they cover 33,495 rows (docs/eval-nab.md).
     let covered: usize = c
         .files
         .iter()

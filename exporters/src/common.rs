@@ -1,45 +1,29 @@
-//! Helpers shared by the exporters: queue / retry checks, node assembly, gzip.
+//! Helpers shared by the exporters: the exporter settings of a config, gzip, partial success.
 
-use inferwatch_core::component::{ComponentError, CreateContext, FieldError, NodeRef};
-use inferwatch_core::exporterhelper::{QueuedExporter, Sender};
 use inferwatch_core::pdata::Signal;
-use inferwatch_core::settings::{QueueSettings, RetrySettings};
 use std::io::Write;
-use std::sync::Arc;
 
 /// The `User-Agent` every network exporter sends.
 pub(crate) const USER_AGENT: &str = concat!("inferwatch/", env!("CARGO_PKG_VERSION"));
 
-/// Checks `sending_queue` as otelcol does (see [`QueueSettings::check`]).
-pub(crate) fn validate_queue(q: &QueueSettings) -> Result<(), FieldError> {
-    q.check()
+/// `Deserialize` for an exporter's settings struct whose own keys are derived with
+/// `#[serde(remote = "Self")]` and whose `exporter: ExporterSettings` field is `#[serde(skip)]`:
+/// `timeout`, `sending_queue` and `retry_on_failure` are read from the same map, over
+/// `$defaults` (see [`inferwatch_core::exporterhelper::Flatten`]).
+macro_rules! with_exporter_settings {
+    ($t:ty, $defaults:expr) => {
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let mut settings: inferwatch_core::exporterhelper::ExporterSettings = $defaults;
+                let flat = inferwatch_core::exporterhelper::Flatten { inner: d, settings: &mut settings };
+                let mut v = <$t>::deserialize(flat)?;
+                v.exporter = settings;
+                Ok(v)
+            }
+        }
+    };
 }
-
-/// Checks `retry_on_failure` as otelcol does.
-pub(crate) fn validate_retry(r: &RetrySettings) -> Result<(), FieldError> {
-    if !(0.0..=1.0).contains(&r.randomization_factor) {
-        return Err(FieldError::at(
-            "retry_on_failure.randomization_factor",
-            "randomization_factor must be within [0, 1]",
-        ));
-    }
-    if !(r.multiplier.is_finite() && r.multiplier > 0.0) {
-        return Err(FieldError::at("retry_on_failure.multiplier", "multiplier must be positive"));
-    }
-    Ok(())
-}
-
-/// Wraps `sender` in the shared queue / retry machinery with this exporter's self-metrics;
-/// `sending_queue.storage` opens (and resumes) the persistent queue in that extension.
-pub(crate) fn node(
-    ctx: &CreateContext,
-    signal: Signal,
-    sender: Arc<dyn Sender>,
-    queue: QueueSettings,
-    retry: RetrySettings,
-) -> Result<NodeRef, ComponentError> {
-    Ok(Arc::new(QueuedExporter::create(ctx, signal, sender, queue, retry)?))
-}
+pub(crate) use with_exporter_settings;
 
 /// Gzip-compresses the concatenation of `chunks` at `level` (1 fastest .. 9 smallest).
 pub(crate) fn gzip_chunks(chunks: &[bytes::Bytes], level: u32) -> std::io::Result<Vec<u8>> {
@@ -77,19 +61,5 @@ mod tests {
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(&z[..]).read_to_end(&mut out).unwrap();
         assert_eq!(out, data);
-    }
-
-    #[test]
-    fn queue_and_retry_checks() {
-        assert!(validate_queue(&QueueSettings::default()).is_ok());
-        let e = validate_queue(&QueueSettings { queue_size: 0, ..Default::default() }).unwrap_err();
-        assert_eq!(e, FieldError::at("sending_queue.queue_size", "queue_size must be positive"));
-        assert!(
-            validate_queue(&QueueSettings { enabled: false, queue_size: 0, num_consumers: 0, ..Default::default() })
-                .is_ok()
-        );
-        assert!(validate_retry(&RetrySettings::default()).is_ok());
-        assert!(validate_retry(&RetrySettings { randomization_factor: 1.5, ..Default::default() }).is_err());
-        assert!(validate_retry(&RetrySettings { multiplier: 0.0, ..Default::default() }).is_err());
     }
 }

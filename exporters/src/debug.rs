@@ -1,9 +1,8 @@
 //! The `debug` exporter: writes what it receives to stdout (otelcol's `debug` exporter).
 
-use crate::common;
 use async_trait::async_trait;
 use inferwatch_core::component::{ComponentError, CreateContext, ExporterFactory, FieldError, NodeRef, parse_config};
-use inferwatch_core::exporterhelper::{SendError, Sender};
+use inferwatch_core::exporterhelper::{QueuedExporter, SendError, Sender};
 use inferwatch_core::pdata::{Payload, Signal, metric_point_count};
 use inferwatch_core::settings::{QueueSettings, RetrySettings};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
@@ -66,7 +65,7 @@ impl DebugConfig {
     /// Parses and checks settings.
     pub fn from_value(v: &serde_json::Value) -> Result<Self, FieldError> {
         let c: DebugConfig = parse_config(v)?;
-        common::validate_queue(&c.sending_queue)?;
+        c.sending_queue.check()?;
         Ok(c)
     }
 }
@@ -93,7 +92,7 @@ impl ExporterFactory for DebugExporterFactory {
         let out = if c.use_internal_logger { Output::Log } else { Output::Stdout };
         let sender = DebugSender::new(ctx.id.to_string(), &c, out);
         let no_retry = RetrySettings { enabled: false, ..RetrySettings::default() };
-        common::node(&ctx, signal, Arc::new(sender), c.sending_queue, no_retry)
+        Ok(Arc::new(QueuedExporter::create(&ctx, signal, Arc::new(sender), c.sending_queue, no_retry)?))
     }
 }
 

@@ -1,15 +1,21 @@
-//! inferwatch exporters: `otlp` (gRPC), `otlphttp`, `debug`, the recording exporters
-//! `parquet` and `arrow_ipc`, and the Prometheus exporters `prometheus` (pull endpoint) and
-//! `prometheusremotewrite`.
+//! inferwatch exporters (eight): `otlp` (gRPC), `otlphttp`, `debug`, the recording exporters
+//! `parquet` and `arrow_ipc`, the Prometheus exporters `prometheus` (pull endpoint) and
+//! `prometheusremotewrite`, and `alertmanager` (alerts from the `alerts` connector's logs).
 //!
-//! Every network exporter is a [`Sender`](inferwatch_core::exporterhelper::Sender) (one delivery
-//! attempt) wrapped in a [`QueuedExporter`](inferwatch_core::exporterhelper::QueuedExporter),
-//! which provides the bounded sending queue, retries with back-off and the self-metrics. The
-//! recording exporters write synchronously into rotated files ([`recording`]).
+//! Every network exporter has one anatomy, `<name>/{config, factory, encode, send}.rs`: it is a
+//! [`RequestSender`](inferwatch_core::exporterhelper::RequestSender) that encodes (and
+//! compresses) a payload's request once and sends that request on each attempt, wrapped in a
+//! [`QueuedExporter`](inferwatch_core::exporterhelper::QueuedExporter), which provides the
+//! bounded sending queue, retries with back-off and the self-metrics; `timeout`,
+//! `sending_queue` and `retry_on_failure` are core's
+//! [`ExporterSettings`](inferwatch_core::exporterhelper::ExporterSettings), read from each
+//! exporter's settings map. The HTTP exporters post through [`http`]. The recording exporters
+//! write synchronously into rotated files ([`recording`]).
 
 pub mod alertmanager;
 pub mod arrow_ipc;
 pub mod debug;
+pub mod http;
 pub mod otlp;
 pub mod otlphttp;
 pub mod parquet;
@@ -54,7 +60,7 @@ mod tests {
     use inferwatch_core::ComponentKind;
 
     #[test]
-    fn registers_seven_exporters() {
+    fn registers_eight_exporters() {
         let mut reg = Registry::new();
         register(&mut reg);
         assert_eq!(

@@ -384,3 +384,50 @@ async fn mutual_tls() {
     assert_eq!(srv.next().await.payload(Signal::Logs), payload(Signal::Logs, 1));
     srv.nothing_more();
 }
+
+/// Counts the encodes of the sender it wraps.
+struct Counting {
+    inner: inferwatch_exporters::otlphttp::HttpSender,
+    encodes: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl inferwatch_core::exporterhelper::RequestSender for Counting {
+    type Request =
+        <inferwatch_exporters::otlphttp::HttpSender as inferwatch_core::exporterhelper::RequestSender>::Request;
+    fn encode(&self, data: &Payload) -> Result<Self::Request, inferwatch_core::exporterhelper::SendError> {
+        self.encodes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.encode(data)
+    }
+    async fn send(&self, r: &Self::Request) -> Result<(), inferwatch_core::exporterhelper::SendError> {
+        inferwatch_core::exporterhelper::RequestSender::send(&self.inner, r).await
+    }
+}
+
+/// Encode-once: a retried request is the bytes built for the first attempt, not a re-encode.
+#[tokio::test(flavor = "multi_thread")]
+async fn retries_resend_the_bytes_encoded_once() {
+    use inferwatch_core::exporterhelper::QueuedExporter;
+    use inferwatch_core::settings::{QueueSettings, RetrySettings};
+    let mut srv = TestServer::start().await;
+    srv.then(Reply::With(503, vec![], vec![])).then(Reply::With(429, vec![], vec![]));
+    let c = inferwatch_exporters::OtlpHttpConfig::from_value(&sync_cfg(srv.addr)).unwrap();
+    let inner = inferwatch_exporters::otlphttp::HttpSender::new("otlphttp".into(), &c, Signal::Traces).unwrap();
+    let sender = Arc::new(Counting { inner, encodes: Default::default() });
+    let telemetry = inferwatch_core::telemetry::Telemetry::new();
+    let id = inferwatch_core::ComponentId::parse("otlphttp").unwrap();
+    let metrics = telemetry.exporter(&id, Signal::Traces);
+    let retry: RetrySettings = serde_json::from_value(fast_retry()).unwrap();
+    let queue = QueueSettings { enabled: false, ..QueueSettings::default() };
+    let e = QueuedExporter::new("otlphttp".into(), Signal::Traces, sender.clone(), metrics.clone(), queue, retry);
+    let sent = payload(Signal::Traces, 3);
+    inferwatch_core::Consumer::consume(&e, sent.clone()).await.unwrap();
+    let (a, b, c) = (srv.next().await, srv.next().await, srv.next().await);
+    srv.nothing_more();
+    assert_eq!(sender.encodes.load(std::sync::atomic::Ordering::SeqCst), 1, "encoded once for three attempts");
+    assert_eq!(a.body, b.body, "the retry after 503 sent the first attempt's bytes");
+    assert_eq!(b.body, c.body, "the retry after 429 sent them again");
+    assert_eq!(c.header("content-encoding"), Some("gzip"));
+    assert_eq!(c.payload(Signal::Traces), sent);
+    assert_eq!(metrics.sent.get(), 3);
+}

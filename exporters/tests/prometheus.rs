@@ -18,11 +18,12 @@ use inferwatch_exporters::prometheus::translate::{self, MetricShape, Settings, l
 use inferwatch_exporters::prometheus::{PrometheusConfig, PrometheusExporter};
 use inferwatch_exporters::prometheusremotewrite::RemoteWriteExporterFactory;
 use inferwatch_exporters::prometheusremotewrite::proto::{Label, Sample, TimeSeries, WriteRequest};
+use inferwatch_testkit::otlp::{self, gauge, histogram_point, kv, kvs, metrics_request, scope};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{
-    AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics,
-    ScopeMetrics, Sum, Summary, SummaryDataPoint, metric, number_data_point, summary_data_point,
+    AggregationTemporality, Histogram, HistogramDataPoint, Metric, NumberDataPoint, Sum, Summary, SummaryDataPoint,
+    metric, number_data_point, summary_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
@@ -39,43 +40,18 @@ const CUMULATIVE: i32 = AggregationTemporality::Cumulative as i32;
 
 // ---- payload builders -------------------------------------------------------------------------
 
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
-        ..Default::default()
-    }
-}
-
 fn resource() -> Resource {
-    Resource {
-        attributes: vec![
-            kv("service.name", "vllm"),
-            kv("service.namespace", "llm"),
-            kv("service.instance.id", "gpu-0:8000"),
-            kv("host.name", "gpu-node-1"),
-            kv("k8s.pod.name", "p-1"),
-        ],
-        ..Default::default()
-    }
+    otlp::resource(kvs(&[
+        ("service.name", "vllm"),
+        ("service.namespace", "llm"),
+        ("service.instance.id", "gpu-0:8000"),
+        ("host.name", "gpu-node-1"),
+        ("k8s.pod.name", "p-1"),
+    ]))
 }
 
 fn request(resource: Resource, metrics: Vec<Metric>) -> ExportMetricsServiceRequest {
-    ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(resource),
-            scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope {
-                    name: "inferwatch.test".into(),
-                    version: "1.2.3".into(),
-                    ..Default::default()
-                }),
-                metrics,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+    metrics_request(resource.attributes, scope("inferwatch.test", "1.2.3"), metrics)
 }
 
 fn number(attrs: Vec<KeyValue>, start: u64, time: u64, v: number_data_point::Value) -> NumberDataPoint {
@@ -84,15 +60,6 @@ fn number(attrs: Vec<KeyValue>, start: u64, time: u64, v: number_data_point::Val
         start_time_unix_nano: start,
         time_unix_nano: time,
         value: Some(v),
-        ..Default::default()
-    }
-}
-
-fn gauge(name: &str, unit: &str, points: Vec<NumberDataPoint>) -> Metric {
-    Metric {
-        name: name.into(),
-        unit: unit.into(),
-        data: Some(metric::Data::Gauge(Gauge { data_points: points })),
         ..Default::default()
     }
 }
@@ -106,26 +73,6 @@ fn sum(name: &str, unit: &str, monotonic: bool, temporality: i32, points: Vec<Nu
             aggregation_temporality: temporality,
             is_monotonic: monotonic,
         })),
-        ..Default::default()
-    }
-}
-
-fn hist_point(
-    attrs: Vec<KeyValue>,
-    start: u64,
-    time: u64,
-    bounds: &[f64],
-    counts: &[u64],
-    sum: f64,
-) -> HistogramDataPoint {
-    HistogramDataPoint {
-        attributes: attrs,
-        start_time_unix_nano: start,
-        time_unix_nano: time,
-        count: counts.iter().sum(),
-        sum: Some(sum),
-        bucket_counts: counts.to_vec(),
-        explicit_bounds: bounds.to_vec(),
         ..Default::default()
     }
 }
@@ -253,7 +200,7 @@ fn prometheus_golden_exposition() {
                 "gen_ai.server.time_to_first_token",
                 "s",
                 CUMULATIVE,
-                vec![hist_point(
+                vec![histogram_point(
                     vec![kv("gen_ai.request.model", "m\"1")],
                     T0 - 60 * SEC,
                     T0,
@@ -393,7 +340,10 @@ fn prometheus_delta_sums_accumulate_into_a_cumulative_counter() {
 
     // Delta histograms add bucket by bucket while the bounds stay; new bounds restart.
     let h = |start: u64, end: u64, bounds: &[f64], counts: &[u64], s: f64| {
-        request(resource(), vec![histogram("lat", "s", DELTA, vec![hist_point(vec![], start, end, bounds, counts, s)])])
+        request(
+            resource(),
+            vec![histogram("lat", "s", DELTA, vec![histogram_point(vec![], start, end, bounds, counts, s)])],
+        )
     };
     assert_eq!(e.ingest(h(T0, T0 + SEC, &[1.0, 2.0], &[1, 0, 0], 0.5), now, T0), 0);
     assert_eq!(e.ingest(h(T0 + SEC, T0 + 2 * SEC, &[1.0, 2.0], &[0, 2, 1], 6.5), now, T0), 0);
@@ -620,7 +570,12 @@ async fn prometheus_remote_write_request_decodes_to_the_expected_series() {
                 ],
             ),
             sum("generated", "{token}", true, DELTA, vec![number(vec![], T0, T0 + SEC, int(4))]),
-            histogram("ttft", "s", CUMULATIVE, vec![hist_point(vec![], T0, T0 + SEC, &[0.5, 1.0], &[2, 1, 1], 2.5)]),
+            histogram(
+                "ttft",
+                "s",
+                CUMULATIVE,
+                vec![histogram_point(vec![], T0, T0 + SEC, &[0.5, 1.0], &[2, 1, 1], 2.5)],
+            ),
         ],
     );
     node.consume(Payload::Metrics(req)).await.unwrap();

@@ -13,26 +13,13 @@
 use crate::card::{Card, STD_FLOOR};
 use arrow_array::{Array, Float64Array, MapArray, RecordBatch, StringArray, StructArray, UInt8Array};
 use inferwatch_core::arrow::{ConvError, schema, time_column};
+use inferwatch_processors::detect::rows::{column, opt_column};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-/// The group of a window: (service.instance.id, service.version, gen_ai.request.model).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct GroupKey {
-    /// `service.instance.id` ("" when absent).
-    pub instance: String,
-    /// `service.version` ("" when absent).
-    pub version: String,
-    /// `gen_ai.request.model` ("" when absent).
-    pub model: String,
-}
-
-impl GroupKey {
-    /// A key from its three parts.
-    pub fn new(instance: impl Into<String>, version: impl Into<String>, model: impl Into<String>) -> Self {
-        GroupKey { instance: instance.into(), version: version.into(), model: model.into() }
-    }
-}
+/// The group of a window: (service.instance.id, service.version, gen_ai.request.model), in that
+/// order (the checkpoint form and the order of windows depend on it).
+pub use inferwatch_processors::detect::group::GroupKey;
 
 /// One feature window: T rows of k standardised signals, with the mask of present cells.
 #[derive(Debug, Clone, PartialEq)]
@@ -481,28 +468,17 @@ struct Columns<'a> {
     resource: Option<MapStr<'a>>,
 }
 
-fn col<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, ConvError> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<T>())
-        .ok_or_else(|| ConvError::Schema(format!("feature windows: no column {name} of the expected type")))
-}
-
-fn opt_col<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Option<&'a T> {
-    batch.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<T>())
-}
-
 impl<'a> Columns<'a> {
     fn new(batch: &'a RecordBatch) -> Result<Self, ConvError> {
         Ok(Columns {
-            names: col(batch, schema::METRIC_NAME)?,
-            kinds: col(batch, schema::KIND)?,
-            values: col(batch, schema::VALUE)?,
+            names: column(batch, schema::METRIC_NAME)?,
+            kinds: column(batch, schema::KIND)?,
+            values: column(batch, schema::VALUE)?,
             times: time_column(batch)?,
-            instance: opt_col(batch, schema::SERVICE_INSTANCE_ID),
-            version: opt_col(batch, schema::SERVICE_VERSION),
-            attrs: opt_col::<MapArray>(batch, schema::ATTRIBUTES).and_then(MapStr::new),
-            resource: opt_col::<MapArray>(batch, schema::RESOURCE_ATTRIBUTES).and_then(MapStr::new),
+            instance: opt_column(batch, schema::SERVICE_INSTANCE_ID),
+            version: opt_column(batch, schema::SERVICE_VERSION),
+            attrs: opt_column::<MapArray>(batch, schema::ATTRIBUTES).and_then(MapStr::new),
+            resource: opt_column::<MapArray>(batch, schema::RESOURCE_ATTRIBUTES).and_then(MapStr::new),
         })
     }
 

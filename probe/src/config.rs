@@ -355,7 +355,7 @@ fn validate(flow: Spanned<FlowRaw>) -> Result<Flow, FlowError> {
 mod tests {
     use super::*;
 
-    /// The study's example (shared/spec/bench-and-sim.md), verbatim.
+    /// The study's example dialogue flow, verbatim.
     pub const STUDY: &str = r#"dialogue_flow:
   start_state: greeting
   states:

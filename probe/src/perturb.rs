@@ -1,4 +1,4 @@
-//! Perturbation profiles (study §2.4): distractor text inserted mid-prompt, to measure how
+//! Perturbation profiles (probe/README.md, Measurements): distractor text inserted mid-prompt, to measure how
 //! much answers and latency change against the unperturbed prompt.
 
 use rand::rngs::StdRng;

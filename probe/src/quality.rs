@@ -1,4 +1,4 @@
-//! Output-quality probes (shared/spec/signals-and-detectors.md §7): first-token entropy (TLE)
+//! Output-quality probes (probe/README.md, Measurements): first-token entropy (TLE)
 //! from top-K log-probabilities, and the consistency index RCI against a reference answer,
 //! computed incrementally as tokens stream in.
 

@@ -4,6 +4,7 @@ use crate::support;
 
 use inferwatch_probe::arrivals::Arrivals;
 use inferwatch_probe::{Api, ArrivalKind, BenchArgs, BenchError, ProbeKind, run, run_until};
+use inferwatch_testkit::{attrs, capture};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -294,7 +295,7 @@ async fn flow_retries_errors_and_timeouts() {
     assert_eq!(bodies[2]["messages"], bodies[4]["messages"]);
 }
 
-/// The study's example, exactly as shared/spec/bench-and-sim.md gives it.
+/// The study's example dialogue flow, exactly as the study gives it.
 const STUDY: &str = r#"dialogue_flow:
   start_state: greeting
   states:
@@ -433,7 +434,7 @@ async fn json_output_has_the_documented_shape() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn otlp_spans_and_metrics_reach_a_collector() {
     let s = stub::start(StubConfig { ttft: Duration::from_millis(5), tokens: 3, ..StubConfig::default() }).await;
-    let (addr, captured) = support::capture::start().await;
+    let (addr, captured) = capture::grpc().await;
     let mut a = args(&s);
     a.otlp_endpoint = Some(format!("http://{addr}"));
     a.concurrency = Some(2);
@@ -444,18 +445,9 @@ async fn otlp_spans_and_metrics_reach_a_collector() {
     let o = r.otlp.unwrap();
     assert_eq!((o.spans_sent, o.spans_failed), (5, 0));
     assert!(o.metric_exports >= 1);
-    let traces = captured.traces.lock().unwrap().clone();
-    let spans: Vec<_> = traces
-        .iter()
-        .flat_map(|t| &t.resource_spans)
-        .flat_map(|r| &r.scope_spans)
-        .flat_map(|s| &s.spans)
-        .cloned()
-        .collect();
+    let spans: Vec<_> = captured.spans().into_iter().map(|(_, _, s)| s).collect();
     assert_eq!(spans.len(), 5);
-    let attr = |sp: &opentelemetry_proto::tonic::trace::v1::Span, k: &str| {
-        sp.attributes.iter().find(|a| a.key == k).and_then(|a| a.value.clone()).and_then(|v| v.value)
-    };
+    let attr = |sp: &opentelemetry_proto::tonic::trace::v1::Span, k: &str| attrs::attr(&sp.attributes, k).cloned();
     use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
     let mut ok = 0;
     for sp in &spans {
@@ -484,7 +476,7 @@ async fn otlp_spans_and_metrics_reach_a_collector() {
         let tp = format!("00-{}-{}-01", hex(&sp.trace_id), hex(&sp.span_id));
         assert!(tps.contains(&tp), "{tp} not among {tps:?}");
     }
-    let metrics = captured.metrics.lock().unwrap().clone();
+    let metrics = captured.metrics();
     let last = metrics.last().unwrap();
     let names: Vec<String> = last.resource_metrics[0].scope_metrics[0].metrics.iter().map(|m| m.name.clone()).collect();
     for n in [
@@ -669,7 +661,7 @@ async fn canned_ceiling_stream_parses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn otlp_over_http_protobuf_and_conversation_traces() {
     let s = stub::start(StubConfig { tokens: 2, ..StubConfig::default() }).await;
-    let (addr, captured) = support::capture::start_http().await;
+    let (addr, captured) = capture::http().await;
     let mut a = args(&s);
     a.otlp_endpoint = Some(format!("http://{addr}"));
     a.otlp_protocol = inferwatch_probe::OtlpProtocol::HttpProtobuf;
@@ -678,15 +670,7 @@ async fn otlp_over_http_protobuf_and_conversation_traces() {
     a.max_users = Some(2);
     let r = run(a).await.unwrap();
     assert_eq!(r.flow.as_ref().unwrap().users_completed, 2);
-    let spans: Vec<_> = captured
-        .traces
-        .lock()
-        .unwrap()
-        .iter()
-        .flat_map(|t| t.resource_spans.clone())
-        .flat_map(|r| r.scope_spans)
-        .flat_map(|s| s.spans)
-        .collect();
+    let spans: Vec<_> = captured.spans().into_iter().map(|(_, _, s)| s).collect();
     // Three turns and one conversation span per user, one trace per conversation.
     assert_eq!(spans.len(), 8, "{:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
     let roots: Vec<_> = spans.iter().filter(|s| s.name == "invoke_workflow m").collect();
@@ -696,5 +680,5 @@ async fn otlp_over_http_protobuf_and_conversation_traces() {
         assert_eq!(turns.len(), 3);
         assert!(turns.iter().all(|t| t.trace_id == root.trace_id && t.name == "chat m"));
     }
-    assert!(!captured.metrics.lock().unwrap().is_empty());
+    assert!(!captured.metrics().is_empty());
 }

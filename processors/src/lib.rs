@@ -1,5 +1,8 @@
-//! inferwatch processors and connectors: `batch`, `memory_limiter`, `window_stats`, the `forward` and
-//! `llm_signals` connectors.
+//! inferwatch processors and connectors. Processors: `batch`, `memory_limiter`, `window_stats`,
+//! the detectors `trend_forecast`, `zscore_skew`, `ewma_chart`, `delta_ab`, `kv_pressure` and
+//! `coupled_model`,
+//! `gpu_enrich`, `slo`, `filter`, `resource`, `attributes`, `resourcedetection` and
+//! `k8sattributes`; connectors: `alerts`, `forward` and `llm_signals` (see [`register`]).
 
 pub mod alerts;
 // issue 14 pod identity: attribute actions and the resource / attributes / resourcedetection processors
@@ -9,6 +12,7 @@ pub mod batch;
 pub mod coupled_model;
 pub mod delta_ab;
 pub mod detect;
+pub mod ewma_chart;
 pub mod filter;
 pub mod forward;
 pub mod gpu_enrich;
@@ -33,6 +37,7 @@ pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(window_stats::WindowStatsFactory));
     reg.add_processor(Arc::new(trend_forecast::TrendForecastFactory));
     reg.add_processor(Arc::new(zscore_skew::ZscoreSkewFactory));
+    reg.add_processor(Arc::new(ewma_chart::EwmaChartFactory));
     reg.add_processor(Arc::new(delta_ab::DeltaAbFactory));
     reg.add_processor(Arc::new(kv_pressure::KvPressureFactory));
     reg.add_processor(Arc::new(coupled_model::CoupledModelFactory));

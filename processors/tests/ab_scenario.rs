@@ -10,33 +10,20 @@
 //! so a 30 min or 1 h window still straddles the 5 ms threshold. A `lookback` (10 min windows,
 //! each judging the pooled pairs of the last hours, canary-style) does: see the last tests.
 
-use async_trait::async_trait;
 use inferwatch_core::component::{ComponentId, ConnectorFactory, CreateContext, NodeRef, ProcessorFactory};
-use inferwatch_core::consumer::{ConsumeError, Consumer};
 use inferwatch_core::pdata::{Payload, Signal};
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::delta_ab::DeltaAbFactory;
 use inferwatch_processors::llm_signals::LlmSignalsFactory;
 use inferwatch_receivers::replay::decode_otlp_json_line;
+use inferwatch_testkit::harness::Sink;
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
-use parking_lot::Mutex;
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-#[derive(Default)]
-struct Capture(Mutex<Vec<Payload>>);
-
-#[async_trait]
-impl Consumer for Capture {
-    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        self.0.lock().push(data);
-        Ok(())
-    }
-}
 
 /// One `delta_ab` comparison (one window of the single group).
 #[derive(Debug, Clone)]
@@ -107,7 +94,7 @@ async fn run(scenario: &Path, delta_cfg: serde_json::Value) -> Run {
 /// Feeds the spans `lines` through llm_signals (`per_request: true`) → delta_ab.
 async fn pipeline(lines: &[String], delta_cfg: serde_json::Value) -> Run {
     let telemetry = Arc::new(Telemetry::new());
-    let capture = Arc::new(Capture::default());
+    let capture = Sink::new();
     let ctx = |id: &str| CreateContext::new(ComponentId::parse(id).unwrap(), telemetry.clone());
     let delta: NodeRef = DeltaAbFactory.create(ctx("delta_ab"), &delta_cfg, Signal::Metrics, capture.clone()).unwrap();
     let signals = LlmSignalsFactory
@@ -123,7 +110,7 @@ async fn pipeline(lines: &[String], delta_cfg: serde_json::Value) -> Run {
     let mut scores: BTreeMap<u64, f64> = BTreeMap::new();
     let mut ttft_points: BTreeMap<String, usize> = BTreeMap::new();
     let mut ids = HashSet::new();
-    for payload in capture.0.lock().iter() {
+    for payload in capture.payloads().iter() {
         let Payload::Metrics(req) = payload else { panic!("the pipeline emits metrics only") };
         for m in req.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics) {
             let Some(metric::Data::Gauge(g)) = &m.data else { continue };

@@ -2,74 +2,50 @@
 //! hand-made level series, the records' fields and evidence, grouping, per-detector
 //! thresholds, the cap, and checkpoint / restore through a real state store.
 
-use async_trait::async_trait;
 use inferwatch_core::component::{ComponentId, ConnectorFactory, CreateContext, NodeRef, PathSeg};
-use inferwatch_core::consumer::{ConsumeError, Consumer, RefuseReason};
 use inferwatch_core::host::Host;
 use inferwatch_core::pdata::{Encoded, Payload, Signal};
 use inferwatch_core::state::Store;
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::alerts::AlertsFactory;
 use inferwatch_processors::detect::{BREACH_ETA, Output, Point, kv_f64, kv_i64, kv_str};
+use inferwatch_testkit::harness::Sink;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use parking_lot::Mutex;
 use serde_json::json;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 const S: u64 = 1_000_000_000;
 const T0: u64 = 1_700_000_000 * S;
 
-/// Captures what the connector emits; refuses the first `refuse` payloads.
-#[derive(Default)]
-struct Capture {
-    got: Mutex<Vec<Payload>>,
-    refuse: AtomicUsize,
-}
-
-#[async_trait]
-impl Consumer for Capture {
-    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        if self.refuse.load(Ordering::SeqCst) > 0 {
-            self.refuse.fetch_sub(1, Ordering::SeqCst);
-            return Err(ConsumeError::refused(RefuseReason::QueueFull, None, "full"));
-        }
-        self.got.lock().push(data);
-        Ok(())
-    }
-}
-
-impl Capture {
-    /// Every record emitted so far (with its resource), then cleared.
-    fn take(&self) -> Vec<(Resource, LogRecord)> {
-        let mut out = Vec::new();
-        for p in self.got.lock().drain(..) {
-            let Payload::Logs(req) = p else { panic!("not logs: {:?}", p.signal()) };
-            for rl in req.resource_logs {
-                let res = rl.resource.unwrap_or_default();
-                for sl in rl.scope_logs {
-                    assert_eq!(sl.scope.unwrap().name, "inferwatch.alerts");
-                    for r in sl.log_records {
-                        out.push((res.clone(), r));
-                    }
+/// Every record the sink got so far (with its resource), then cleared.
+fn records(out: &Sink) -> Vec<(Resource, LogRecord)> {
+    let mut out_records = Vec::new();
+    for p in out.take() {
+        let Payload::Logs(req) = p else { panic!("not logs: {:?}", p.signal()) };
+        for rl in req.resource_logs {
+            let res = rl.resource.unwrap_or_default();
+            for sl in rl.scope_logs {
+                assert_eq!(sl.scope.unwrap().name, "inferwatch.alerts");
+                for r in sl.log_records {
+                    out_records.push((res.clone(), r));
                 }
             }
         }
-        out
     }
+    out_records
 }
 
 struct Rig {
     node: NodeRef,
-    out: Arc<Capture>,
+    out: Arc<Sink>,
     telemetry: Arc<Telemetry>,
 }
 
 fn rig_with(cfg: serde_json::Value, host: Arc<Host>) -> Rig {
-    let out = Arc::new(Capture::default());
+    let out = Sink::new();
     let telemetry = Arc::new(Telemetry::new());
     let ctx = CreateContext { id: ComponentId::parse("alerts").unwrap(), telemetry: telemetry.clone(), host };
     let node = AlertsFactory.create(ctx, &cfg, Signal::Metrics, Signal::Logs, out.clone()).unwrap();
@@ -146,7 +122,7 @@ fn request(points: &[Lv]) -> ExportMetricsServiceRequest {
             &p.extra,
         );
     }
-    o.into_request()
+    o.into_request().unwrap()
 }
 
 async fn feed(r: &Rig, points: &[Lv]) {
@@ -158,7 +134,7 @@ async fn run(r: &Rig, points: &[Lv]) -> Vec<(u64, String, String, String)> {
     for p in points {
         feed(r, std::slice::from_ref(p)).await;
     }
-    r.out.take().iter().map(|(_, rec)| summary(rec)).collect()
+    records(&r.out).iter().map(|(_, rec)| summary(rec)).collect()
 }
 
 fn attr(r: &LogRecord, k: &str) -> Option<any_value::Value> {
@@ -212,7 +188,7 @@ async fn firing_record_fields_and_evidence() {
     let mut p = lv(5, 0.85);
     p.score = 7.25;
     feed(&r, &[lv(0, 0.1), p]).await;
-    let recs = r.out.take();
+    let recs = records(&r.out);
     assert_eq!(recs.len(), 1);
     let (res, rec) = &recs[0];
     // The record goes out under the input's resource, at the triggering point's event time.
@@ -287,7 +263,7 @@ async fn firing_record_fields_and_evidence() {
 
     // The resolved record: INFO, same id and starts_at, the warning threshold as evidence.
     feed(&r, &[lv(9, 0.2)]).await;
-    let recs = r.out.take();
+    let recs = records(&r.out);
     let (_, rec) = &recs[0];
     assert_eq!(rec.severity_number, 9);
     assert_eq!(s_attr(rec, "alert.state"), "resolved");
@@ -326,7 +302,7 @@ async fn escalation_dedup_and_repeat_on_event_time() {
         let r2 = rig0(json!({}));
         feed(&r2, &[lv(0, 0.7)]).await;
         feed(&r2, &[lv(1, 0.9)]).await;
-        r2.out.take()
+        records(&r2.out)
     };
     let nums: Vec<i32> = recs.iter().map(|(_, r)| r.severity_number).collect();
     assert_eq!(nums, vec![13, 17]);
@@ -337,13 +313,13 @@ async fn points_in_one_payload_are_taken_in_event_time_order() {
     let r = rig0(json!({"for": "10s"}));
     // Out of order inside one request: sorted before the life cycle runs.
     feed(&r, &[lv(10, 0.7), lv(0, 0.7), lv(20, 0.1), lv(15, 0.7)]).await;
-    let got: Vec<_> = r.out.take().iter().map(|(_, rec)| summary(rec)).collect();
+    let got: Vec<_> = records(&r.out).iter().map(|(_, rec)| summary(rec)).collect();
     assert_eq!(got, vec![ev(10, "firing", "warning", "fire"), ev(20, "resolved", "warning", "resolve")]);
     // A point older than the alert's latest is ignored (35 would resolve what fired at 40).
     feed(&r, &[lv(30, 0.7)]).await;
     feed(&r, &[lv(40, 0.7), lv(41, 0.7)]).await;
     feed(&r, &[lv(35, 0.1)]).await;
-    let got: Vec<_> = r.out.take().iter().map(|(_, rec)| summary(rec)).collect();
+    let got: Vec<_> = records(&r.out).iter().map(|(_, rec)| summary(rec)).collect();
     assert_eq!(got, vec![ev(40, "firing", "warning", "fire")]);
 }
 
@@ -355,7 +331,7 @@ async fn per_detector_thresholds() {
     kv.metric = "llm.kv.usage";
     let z = lv(0, 0.4);
     feed(&r, &[kv.clone(), z]).await;
-    let recs = r.out.take();
+    let recs = records(&r.out);
     assert_eq!(recs.len(), 1, "only kv_pressure fires at 0.4");
     assert_eq!(s_attr(&recs[0].1, "detector"), "kv_pressure");
     assert_eq!(s_attr(&recs[0].1, "alert.severity"), "warning");
@@ -363,7 +339,7 @@ async fn per_detector_thresholds() {
     kv.t_s = 1;
     kv.level = 0.55;
     feed(&r, &[kv.clone()]).await;
-    let recs = r.out.take();
+    let recs = records(&r.out);
     assert_eq!(s_attr(&recs[0].1, "alert.transition"), "escalate");
     assert_eq!(f_attr(&recs[0].1, "evidence.threshold"), 0.5);
     // Only warning given: critical defaults to the connector's.
@@ -371,7 +347,7 @@ async fn per_detector_thresholds() {
     let mut d = lv(0, 0.79);
     d.detector = "delta_ab";
     feed(&r, &[d]).await;
-    let recs = r.out.take();
+    let recs = records(&r.out);
     assert_eq!(s_attr(&recs[0].1, "alert.severity"), "warning");
 }
 
@@ -386,7 +362,7 @@ async fn grouping_by_model_version_instance_and_detector() {
     let mut d = lv(0, 0.9);
     d.metric = "llm.tpot.p95";
     feed(&r, &[a.clone(), b, c, d]).await;
-    let recs = r.out.take();
+    let recs = records(&r.out);
     let ids: std::collections::BTreeSet<String> = recs.iter().map(|(_, r)| s_attr(r, "alert.id")).collect();
     assert_eq!(ids.len(), 4, "four distinct alerts");
     // The same group with other non-group attributes is the same alert: deduplicated.
@@ -394,14 +370,14 @@ async fn grouping_by_model_version_instance_and_detector() {
     a2.t_s = 1;
     a2.extra = vec![kv_str("window_kind", "other")];
     feed(&r, &[a2]).await;
-    assert!(r.out.take().is_empty());
+    assert!(records(&r.out).is_empty());
 
     // group_by narrowed to the model only: instances share one alert.
     let r = rig0(json!({"group_by": ["gen_ai.request.model"]}));
     let mut c = lv(0, 0.9);
     c.instance = "gpu-1";
     feed(&r, &[lv(0, 0.9), c]).await;
-    let recs = r.out.take();
+    let recs = records(&r.out);
     assert_eq!(recs.len(), 1);
     let keys: Vec<&str> = recs[0].1.attributes.iter().map(|kv| kv.key.as_str()).collect();
     assert!(!keys.contains(&"service.instance.id"), "{keys:?}");
@@ -425,11 +401,11 @@ async fn breach_eta_and_score_are_joined_by_identity_and_time() {
             kv_str("gen_ai.request.model", "llama-3-8b"),
         ],
     });
-    req.resource_metrics.extend(o.into_request().resource_metrics);
+    req.resource_metrics.extend(o.into_request().unwrap().resource_metrics);
     // Encoded (undecoded protobuf) input is read too.
     let enc = Encoded::from_decoded(&Payload::Metrics(req));
     r.node.consume(Payload::Encoded(enc)).await.unwrap();
-    let recs = r.out.take();
+    let recs = records(&r.out);
     assert_eq!(recs.len(), 1);
     assert_eq!(f_attr(&recs[0].1, "evidence.breach_eta"), 86_400.0);
     assert_eq!(f_attr(&recs[0].1, "evidence.score"), 9.5);
@@ -457,8 +433,8 @@ async fn unidentified_points_and_other_metrics_are_ignored() {
         value: 1.0,
         attributes: vec![kv_str("detector", "d"), kv_str("metric", "m")],
     });
-    r.node.consume(Payload::Metrics(o.into_request())).await.unwrap();
-    assert!(r.out.take().is_empty());
+    r.node.consume(Payload::Metrics(o.into_request().unwrap())).await.unwrap();
+    assert!(records(&r.out).is_empty());
     let text = r.telemetry.render();
     assert!(
         text.lines().any(|l| l.starts_with("otelcol_processor_dropped_metric_points")
@@ -468,7 +444,7 @@ async fn unidentified_points_and_other_metrics_are_ignored() {
     );
     // Logs and traces payloads are not the connector's input: accepted and ignored.
     r.node.consume(Payload::empty(Signal::Logs)).await.unwrap();
-    assert!(r.out.take().is_empty());
+    assert!(records(&r.out).is_empty());
 }
 
 #[tokio::test]
@@ -481,9 +457,9 @@ async fn cap_evicts_and_reports_firing_alerts_resolved() {
     let mut c = lv(2, 0.9);
     c.model = "c";
     feed(&r, &[a, b]).await;
-    assert_eq!(r.out.take().len(), 2);
+    assert_eq!(records(&r.out).len(), 2);
     feed(&r, &[c]).await;
-    let recs = r.out.take();
+    let recs = records(&r.out);
     let got: Vec<(String, String, String)> = recs
         .iter()
         .map(|(_, r)| (s_attr(r, "alert.transition"), s_attr(r, "alert.state"), s_attr(r, "gen_ai.request.model")))
@@ -500,9 +476,9 @@ async fn cap_evicts_and_reports_firing_alerts_resolved() {
 #[tokio::test]
 async fn refusals_downstream_are_retried() {
     let r = rig0(json!({}));
-    r.out.refuse.store(2, Ordering::SeqCst);
+    r.out.refuse_next(2);
     feed(&r, &[lv(0, 0.9)]).await;
-    assert_eq!(r.out.take().len(), 1);
+    assert_eq!(records(&r.out).len(), 1);
 }
 
 #[tokio::test]
@@ -611,7 +587,7 @@ fn bad_settings_point_at_the_field() {
 fn factory_connects_metrics_to_logs_only() {
     assert_eq!(AlertsFactory.signal_pairs(), &[(Signal::Metrics, Signal::Logs)]);
     let ctx = CreateContext::new(ComponentId::parse("alerts").unwrap(), Arc::new(Telemetry::new()));
-    let e = AlertsFactory.create(ctx, &json!({}), Signal::Logs, Signal::Logs, Arc::new(Capture::default()));
+    let e = AlertsFactory.create(ctx, &json!({}), Signal::Logs, Signal::Logs, Sink::new());
     assert!(e.is_err());
 }
 
@@ -706,13 +682,13 @@ async fn resolve_below_keeps_an_alert_firing_in_the_band() {
         feed(&r, &[lv(400, 0.7)]).await;
         feed(&r, &[lv(401, 0.1)]).await;
         feed(&r, &[lv(461, 0.1)]).await;
-        r.out.take()
+        records(&r.out)
     };
     assert_eq!(f_attr(&recs[1].1, "evidence.threshold"), 0.4, "a resolution reports resolve_below");
 }
 
 fn rec_of(r: &Rig) -> LogRecord {
-    let mut recs = r.out.take();
+    let mut recs = records(&r.out);
     assert_eq!(recs.len(), 1, "{:?}", recs.iter().map(|(_, r)| summary(r)).collect::<Vec<_>>());
     recs.remove(0).1
 }
@@ -850,7 +826,7 @@ async fn the_pod_comes_from_the_point_or_its_resource_without_changing_the_ident
     let mut req = request(&[lv(1, 0.9)]);
     req.resource_metrics[0].resource.as_mut().unwrap().attributes.push(kv_str("k8s.pod.name", "vllm-0-b"));
     r.node.consume(Payload::Metrics(req)).await.unwrap();
-    assert!(r.out.take().is_empty());
+    assert!(records(&r.out).is_empty());
     let recs = run(&r, &[lv(2, 0.1)]).await;
     assert_eq!(recs, vec![ev(2, "resolved", "critical", "resolve")]);
     let _ = id;

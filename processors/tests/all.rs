@@ -3,6 +3,7 @@ mod ab_scenario;
 mod alerts;
 mod coupled_model;
 mod delta_ab;
+mod ewma_chart;
 mod filter;
 mod gpu_enrich;
 mod kv_pressure;

@@ -2,20 +2,17 @@
 //! convergence on synthetic data of known coefficients, attribution of latency rises, missing and
 //! invalid inputs, checkpoint continuity, configuration errors.
 
-use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, metrics};
+use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory};
 use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, ProcessorFactory};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::state::StateError;
 use inferwatch_core::telemetry::Telemetry;
-use inferwatch_processors::coupled_model::{CoupledModel, CoupledModelFactory, Skipped};
+use inferwatch_processors::coupled_model::{CoupledModel, CoupledModelFactory, STATE_VERSION, Skipped};
+use inferwatch_testkit::harness as kit;
+use inferwatch_testkit::otlp::{self, GaugePoint, gauge, gauge_points, kv, kvs, point, scope};
+use inferwatch_testkit::rng::SplitMix64 as Rng;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{
-    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
-};
-use opentelemetry_proto::tonic::resource::v1::Resource;
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 const S: u64 = 1_000_000_000;
@@ -26,14 +23,6 @@ const LAT: &str = "llm.e2e.p95";
 const TPS: &str = "llm.tokens.output.rate";
 const TTFT: &str = "llm.ttft.p95";
 const QUAL: &str = "llm.quality";
-
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
-        ..Default::default()
-    }
-}
 
 /// One input point: metric, model, offset from BASE (ns), value.
 #[derive(Clone, Debug)]
@@ -47,113 +36,45 @@ struct In {
 fn request(points: &[In]) -> ExportMetricsServiceRequest {
     let resource_metrics = points
         .iter()
-        .map(|p| ResourceMetrics {
-            resource: Some(Resource { attributes: vec![kv("service.name", "inferwatch")], ..Default::default() }),
-            scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope { name: "llm_signals".into(), ..Default::default() }),
-                metrics: vec![Metric {
-                    name: p.name.into(),
-                    data: Some(metric::Data::Gauge(Gauge {
-                        data_points: vec![NumberDataPoint {
-                            attributes: vec![
-                                kv("gen_ai.request.model", p.model),
-                                kv("service.version", "v1"),
-                                kv("service.instance.id", "i1"),
-                                kv("source", "spans"),
-                            ],
-                            time_unix_nano: BASE + p.at,
-                            value: Some(number_data_point::Value::AsDouble(p.value)),
-                            ..Default::default()
-                        }],
-                    })),
-                    ..Default::default()
-                }],
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
+        .map(|p| {
+            let attrs = kvs(&[
+                ("gen_ai.request.model", p.model),
+                ("service.version", "v1"),
+                ("service.instance.id", "i1"),
+                ("source", "spans"),
+            ]);
+            let g = gauge(p.name, "", vec![point(attrs, BASE + p.at, p.value)]);
+            otlp::resource_metrics(vec![kv("service.name", "inferwatch")], scope("llm_signals", ""), vec![g])
         })
         .collect();
     ExportMetricsServiceRequest { resource_metrics }
 }
 
-/// One output point: gauge name, time, value, attributes (printed), resource attributes.
-#[derive(Debug, Clone, PartialEq)]
-struct Out {
-    name: String,
-    time: u64,
-    value: f64,
-    attrs: BTreeMap<String, String>,
-    resource: BTreeMap<String, String>,
+/// One output point: gauge name, time, value, attributes (as text), resource attributes.
+type Out = GaugePoint;
+
+type Harness = kit::Harness<CoupledModel>;
+
+/// The kit's harness on this file's points.
+trait Coupled {
+    fn new(cfg: serde_json::Value) -> Self;
+    fn process(&mut self, points: &[In]);
+    fn advance(&mut self, at: u64) -> Vec<Out>;
+    fn run(&mut self, buckets: &[Vec<In>], chunk: usize) -> Vec<Out>;
 }
 
-impl Out {
-    fn num(&self, key: &str) -> f64 {
-        self.attrs[key].parse().unwrap()
-    }
-}
-
-fn strings(kvs: &[KeyValue]) -> BTreeMap<String, String> {
-    kvs.iter()
-        .map(|kv| {
-            let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                Some(any_value::Value::StringValue(s)) => s.clone(),
-                Some(any_value::Value::IntValue(i)) => i.to_string(),
-                Some(any_value::Value::DoubleValue(d)) => format!("{d:?}"),
-                other => format!("{other:?}"),
-            };
-            (kv.key.clone(), v)
-        })
-        .collect()
-}
-
-fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Out> {
-    let mut points = Vec::new();
-    for rm in &req.resource_metrics {
-        let resource = strings(&rm.resource.as_ref().unwrap().attributes);
-        for sm in &rm.scope_metrics {
-            for m in &sm.metrics {
-                let Some(metric::Data::Gauge(g)) = &m.data else { panic!("not a gauge") };
-                for p in &g.data_points {
-                    let Some(number_data_point::Value::AsDouble(v)) = p.value else { panic!("not a double") };
-                    points.push(Out {
-                        name: m.name.clone(),
-                        time: p.time_unix_nano,
-                        value: v,
-                        attrs: strings(&p.attributes),
-                        resource: resource.clone(),
-                    });
-                }
-            }
-        }
-    }
-    points
-}
-
-struct Harness {
-    proc: CoupledModel,
-    telemetry: Arc<Telemetry>,
-    id: ComponentId,
-}
-
-impl Harness {
+impl Coupled for Harness {
     fn new(cfg: serde_json::Value) -> Self {
-        let telemetry = Arc::new(Telemetry::new());
-        let id = ComponentId::parse("coupled_model/test").unwrap();
-        let ctx = CreateContext::new(id.clone(), telemetry.clone());
-        Harness { proc: CoupledModel::new(&ctx, &cfg).unwrap(), telemetry, id }
+        Harness::build("coupled_model/test", |ctx| Box::new(CoupledModel::new(ctx, &cfg).unwrap()))
     }
 
     fn process(&mut self, points: &[In]) {
-        let mut out = Vec::new();
-        self.proc.process(&metrics::to_batch(&request(points)).unwrap(), &mut out).unwrap();
+        let out = self.process_metrics(&request(points));
         assert!(out.is_empty(), "coupled_model emits when buckets close, not on input");
     }
 
     fn advance(&mut self, at: u64) -> Vec<Out> {
-        let mut out = Vec::new();
-        self.proc.advance(BASE + at, &mut out).unwrap();
-        assert!(out.len() <= 1, "one derived batch per advance");
-        out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect()
+        self.advance_one(BASE + at).iter().flat_map(gauge_points).collect()
     }
 
     /// Feeds `buckets` (one Vec of points per minute, in order) in batches of `chunk` minutes,
@@ -167,27 +88,6 @@ impl Harness {
             out.extend(self.advance(end * MIN));
         }
         out
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        (-2.0 * self.unit().ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos()
-    }
-    fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.unit()
     }
 }
 
@@ -456,7 +356,7 @@ fn coupled_model_snapshot_restore_continues_as_if_never_stopped() {
         let mut first = Harness::new(cfg.clone());
         let mut got = first.run(&steps[..cut], 1);
         let bytes = first.proc.snapshot().unwrap();
-        assert_eq!(first.proc.state_version(), 1);
+        assert_eq!(first.proc.state_version(), STATE_VERSION);
         let mut second = Harness::new(cfg.clone());
         second.proc.restore(&bytes).unwrap();
         assert_eq!(second.proc.series_count(), first.proc.series_count());
@@ -464,6 +364,13 @@ fn coupled_model_snapshot_restore_continues_as_if_never_stopped() {
         got.extend(second.run(&steps[cut..], 1));
         assert_eq!(got, want, "cut after minute {cut}");
     }
+    // A checkpoint of the earlier state version (v1: before the kit's series map) is refused.
+    assert_eq!(STATE_VERSION, 2);
+    let old = inferwatch_core::state::seal("coupled_model", 1, &whole.proc.snapshot().unwrap());
+    let msg = inferwatch_core::state::unseal("stage/coupled_model", "coupled_model", STATE_VERSION, &old)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("state version 1, this build reads 2"), "{msg}");
     // A snapshot taken with open buckets (input processed, watermark not yet past) continues too.
     let mut first = Harness::new(cfg.clone());
     let mut got = first.run(&steps[..30], 1);

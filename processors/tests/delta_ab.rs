@@ -1,8 +1,7 @@
 //! `delta_ab` driven through the ArrowProcessor trait with batches from `metrics::to_batch`.
 
-use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, metrics};
+use inferwatch_core::arrow::{ArrowProcessorFactory, metrics};
 use inferwatch_core::component::{ComponentId, ConnectorFactory, CreateContext, PathSeg, ProcessorFactory};
-use inferwatch_core::consumer::{ConsumeError, Consumer};
 use inferwatch_core::pdata::Payload;
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::state::StateError;
@@ -11,12 +10,11 @@ use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::alerts::AlertsFactory;
 use inferwatch_processors::delta_ab::stats::{XorShift, quantile_sorted};
 use inferwatch_processors::delta_ab::{DeltaAbFactory, STATE_VERSION};
+use inferwatch_testkit::attrs::strings;
+use inferwatch_testkit::harness::{Harness, Sink};
+use inferwatch_testkit::otlp::{self, GaugePoint, gauge, gauge_points, kv, point, scope};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{
-    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
-};
-use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::metrics::v1::metric;
 use proptest::prelude::*;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -27,14 +25,6 @@ const S: u64 = 1_000_000_000;
 const BASE: u64 = 1_700_000_400 * S;
 const WINDOW: u64 = 600 * S;
 const METRIC: &str = "llm.request.ttft";
-
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
-        ..Default::default()
-    }
-}
 
 /// One input point.
 #[derive(Clone, Debug)]
@@ -57,108 +47,31 @@ fn request(points: &[P], metric_name: &str) -> ExportMetricsServiceRequest {
             if let Some(id) = &p.id {
                 attributes.push(kv("gen_ai.request.id", id));
             }
-            ResourceMetrics {
-                resource: Some(Resource {
-                    attributes: vec![
-                        kv("service.name", "vllm"),
-                        kv("service.version", p.version),
-                        kv("service.instance.id", if p.version == "B" { "sim-b" } else { "sim-a" }),
-                    ],
-                    ..Default::default()
-                }),
-                scope_metrics: vec![ScopeMetrics {
-                    scope: Some(InstrumentationScope { name: "bench".into(), ..Default::default() }),
-                    metrics: vec![Metric {
-                        name: metric_name.into(),
-                        unit: "s".into(),
-                        data: Some(metric::Data::Gauge(Gauge {
-                            data_points: vec![NumberDataPoint {
-                                attributes,
-                                time_unix_nano: p.time,
-                                value: Some(number_data_point::Value::AsDouble(p.value)),
-                                ..Default::default()
-                            }],
-                        })),
-                        ..Default::default()
-                    }],
-                    schema_url: String::new(),
-                }],
-                schema_url: String::new(),
-            }
+            let instance = if p.version == "B" { "sim-b" } else { "sim-a" };
+            otlp::resource_metrics(
+                vec![kv("service.name", "vllm"), kv("service.version", p.version), kv("service.instance.id", instance)],
+                scope("bench", ""),
+                vec![gauge(metric_name, "s", vec![point(attributes, p.time, p.value)])],
+            )
         })
         .collect();
     ExportMetricsServiceRequest { resource_metrics }
 }
 
 /// One output point: name, time, value, point attributes as strings, resource attributes.
-#[derive(Debug, Clone, PartialEq)]
-struct Out {
-    name: String,
-    time: u64,
-    value: f64,
-    attrs: BTreeMap<String, String>,
-    resource: BTreeMap<String, String>,
+type Out = GaugePoint;
+
+/// The kit's harness on this file's points.
+trait DeltaAb {
+    fn new(cfg: serde_json::Value) -> Self;
+    fn process(&mut self, points: &[P]);
+    fn process_metric(&mut self, points: &[P], name: &str);
+    fn advance(&mut self, watermark: u64) -> Vec<Out>;
 }
 
-impl Out {
-    fn attr(&self, k: &str) -> &str {
-        self.attrs.get(k).map_or("", String::as_str)
-    }
-    fn num(&self, k: &str) -> f64 {
-        self.attr(k).parse().unwrap_or_else(|_| panic!("{k} is not a number in {self:?}"))
-    }
-}
-
-fn strings(kvs: &[KeyValue]) -> BTreeMap<String, String> {
-    kvs.iter()
-        .map(|kv| {
-            let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                Some(any_value::Value::StringValue(s)) => s.clone(),
-                Some(any_value::Value::IntValue(i)) => i.to_string(),
-                Some(any_value::Value::DoubleValue(d)) => d.to_string(),
-                other => format!("{other:?}"),
-            };
-            (kv.key.clone(), v)
-        })
-        .collect()
-}
-
-fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Out> {
-    let mut out = Vec::new();
-    for rm in &req.resource_metrics {
-        let resource = strings(&rm.resource.as_ref().unwrap().attributes);
-        for sm in &rm.scope_metrics {
-            for m in &sm.metrics {
-                let Some(metric::Data::Gauge(g)) = &m.data else { panic!("{} is not a gauge", m.name) };
-                for p in &g.data_points {
-                    let Some(number_data_point::Value::AsDouble(value)) = p.value else { panic!("not a double") };
-                    out.push(Out {
-                        name: m.name.clone(),
-                        time: p.time_unix_nano,
-                        value,
-                        attrs: strings(&p.attributes),
-                        resource: resource.clone(),
-                    });
-                }
-            }
-        }
-    }
-    out
-}
-
-struct Harness {
-    proc: Box<dyn ArrowProcessor>,
-    telemetry: Arc<Telemetry>,
-    id: ComponentId,
-}
-
-impl Harness {
+impl DeltaAb for Harness {
     fn new(cfg: serde_json::Value) -> Self {
-        let telemetry = Arc::new(Telemetry::new());
-        let id = ComponentId::parse("delta_ab/test").unwrap();
-        let ctx = CreateContext::new(id.clone(), telemetry.clone());
-        let proc = DeltaAbFactory.create_arrow(ctx, &cfg, Signal::Metrics).unwrap();
-        Harness { proc, telemetry, id }
+        Harness::create(&DeltaAbFactory, "delta_ab/test", &cfg, Signal::Metrics)
     }
 
     fn process(&mut self, points: &[P]) {
@@ -166,27 +79,11 @@ impl Harness {
     }
 
     fn process_metric(&mut self, points: &[P], name: &str) {
-        let mut out = Vec::new();
-        self.proc.process(&metrics::to_batch(&request(points, name)).unwrap(), &mut out).unwrap();
-        assert!(out.is_empty(), "delta_ab emits only on advance");
+        assert!(self.process_metrics(&request(points, name)).is_empty(), "delta_ab emits only on advance");
     }
 
     fn advance(&mut self, watermark: u64) -> Vec<Out> {
-        let mut out = Vec::new();
-        self.proc.advance(watermark, &mut out).unwrap();
-        assert!(out.len() <= 1, "one derived batch per advance");
-        out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect()
-    }
-
-    /// The output of `advance` as requests (what the next component receives).
-    fn advance_requests(&mut self, watermark: u64) -> Vec<ExportMetricsServiceRequest> {
-        let mut out = Vec::new();
-        self.proc.advance(watermark, &mut out).unwrap();
-        out.iter().map(|b| metrics::from_batch(b).unwrap()).collect()
-    }
-
-    fn evicted(&self, reason: &str) -> u64 {
-        self.telemetry.series_evicted(&self.id, reason).get()
+        self.advance_one(watermark).iter().flat_map(gauge_points).collect()
     }
 }
 
@@ -413,12 +310,8 @@ fn delta_ab_snapshot_restore_continues_as_if_never_stopped() {
     for cut in [1, 4, 9] {
         let mut first = Harness::new(cfg.clone());
         let mut got = run(&mut first, &steps[..cut]);
-        let bytes = first.proc.snapshot().unwrap();
-        assert_eq!(first.proc.state_version(), 3, "version 3 carries the version table");
-        let mut second = Harness::new(cfg.clone());
-        second.proc.restore(&bytes).unwrap();
-        assert_eq!(second.proc.series_count(), first.proc.series_count());
-        assert_eq!(second.proc.snapshot().unwrap(), bytes, "restore then snapshot gives the same bytes");
+        assert_eq!(first.proc.state_version(), 4, "version 4: the version table in the kit's series map");
+        let mut second = first.restore_into(Harness::new(cfg.clone()));
         got.extend(run(&mut second, &steps[cut..]));
         assert_eq!(got, want, "cut after step {cut}");
     }
@@ -668,19 +561,16 @@ fn delta_ab_lookback_snapshot_restore_continues_as_if_never_stopped() {
     for cut in [3, 6, 9, 12] {
         let mut first = Harness::new(cfg.clone());
         let mut got = run(&mut first, &steps[..cut]);
-        let bytes = first.proc.snapshot().unwrap();
-        let mut second = Harness::new(cfg.clone());
-        second.proc.restore(&bytes).unwrap();
-        assert_eq!(second.proc.snapshot().unwrap(), bytes, "restore then snapshot gives the same bytes");
+        let mut second = first.restore_into(Harness::new(cfg.clone()));
         got.extend(run(&mut second, &steps[cut..]));
         assert_eq!(got, want, "cut after step {cut}");
     }
     // A checkpoint of an earlier state version is refused by the stage's envelope check.
-    assert_eq!(STATE_VERSION, 3);
-    for v in [1, 2] {
+    assert_eq!(STATE_VERSION, 4);
+    for v in [1, 2, 3] {
         let old = seal("delta_ab", v, &whole.proc.snapshot().unwrap());
         let msg = unseal("stage/delta_ab", "delta_ab", STATE_VERSION, &old).unwrap_err().to_string();
-        assert!(msg.contains(&format!("state version {v}, this build reads 3")), "{msg}");
+        assert!(msg.contains(&format!("state version {v}, this build reads 4")), "{msg}");
     }
 }
 
@@ -948,10 +838,7 @@ fn delta_ab_auto_snapshot_restore_keeps_the_version_table() {
     for cut in [1, 3, 5, 7, 8] {
         let mut first = Harness::new(rollout_cfg());
         let mut got = run(&mut first, &steps[..cut]);
-        let bytes = first.proc.snapshot().unwrap();
-        let mut second = Harness::new(rollout_cfg());
-        second.proc.restore(&bytes).unwrap();
-        assert_eq!(second.proc.snapshot().unwrap(), bytes, "restore then snapshot gives the same bytes");
+        let mut second = first.restore_into(Harness::new(rollout_cfg()));
         got.extend(run(&mut second, &steps[cut..]));
         assert_eq!(got, want, "cut after step {cut}");
     }
@@ -995,32 +882,20 @@ fn delta_ab_auto_three_versions_compare_the_newest_against_the_most_seen() {
     assert_eq!(pair[0], ("v2", "v4"), "{out:#?}");
 }
 
-/// Collects what the `alerts` connector emits.
-#[derive(Default)]
-struct Logs(parking_lot::Mutex<Vec<Payload>>);
-
-#[async_trait::async_trait]
-impl Consumer for Logs {
-    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        self.0.lock().push(data);
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn delta_ab_auto_rollout_alert_fires_then_resolves_when_the_pair_ends() {
-    let logs = Arc::new(Logs::default());
+    let logs = Sink::new();
     let ctx = CreateContext::new(ComponentId::parse("alerts").unwrap(), Arc::new(Telemetry::new()));
     let alerts = AlertsFactory.create(ctx, &json!({}), Signal::Metrics, Signal::Logs, logs.clone()).unwrap();
     let mut h = Harness::new(rollout_cfg());
     for (pts, wm) in rollout() {
         h.process(&pts);
-        for req in h.advance_requests(wm) {
+        for req in h.advance_metrics(wm) {
             alerts.consume(Payload::Metrics(req)).await.unwrap();
         }
     }
     let mut records = Vec::new();
-    for p in logs.0.lock().iter() {
+    for p in &logs.payloads() {
         let Payload::Logs(req) = p else { panic!("not logs") };
         for r in req.resource_logs.iter().flat_map(|r| &r.scope_logs).flat_map(|s| &s.log_records) {
             let a = strings(&r.attributes);

@@ -2,19 +2,20 @@
 //! comparisons), whole-metric drops, error_mode on run-time errors, the legacy include/exclude
 //! form, config errors with paths and columns, and the filtered-items counter.
 
-use async_trait::async_trait;
 use inferwatch_core::component::{ComponentId, CreateContext, NodeRef, PathSeg, ProcessorFactory};
-use inferwatch_core::consumer::{ConsumeError, Consumer, ConsumerRef};
+use inferwatch_core::consumer::{ConsumeError, ConsumerRef};
 use inferwatch_core::pdata::{Encoded, Payload, Signal};
 use inferwatch_core::registry::Registry;
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::filter::FilterFactory;
+use inferwatch_testkit::harness::Sink;
+use inferwatch_testkit::otlp::{any_kv as kv, log_record as log, logs_request, scope, span, traces_request};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Av;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, KeyValueList};
-use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::common::v1::{KeyValue, KeyValueList};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Nv;
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -22,65 +23,31 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::Event;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use serde_json::json;
 use std::sync::Arc;
 
-#[derive(Default)]
-struct Capture(parking_lot::Mutex<Vec<Payload>>);
-
-#[async_trait]
-impl Consumer for Capture {
-    async fn consume(&self, d: Payload) -> Result<(), ConsumeError> {
-        self.0.lock().push(d);
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn take(&self) -> Vec<Payload> {
-        std::mem::take(&mut *self.0.lock())
-    }
-}
-
 struct Setup {
     node: NodeRef,
-    sink: Arc<Capture>,
+    sink: Arc<Sink>,
     telemetry: Arc<Telemetry>,
 }
 
 fn setup(id: &str, cfg: serde_json::Value, signal: Signal) -> Setup {
     let telemetry = Arc::new(Telemetry::new());
-    let sink = Arc::new(Capture::default());
+    let sink = Sink::new();
     let ctx = CreateContext::new(ComponentId::parse(id).unwrap(), telemetry.clone());
     let next: ConsumerRef = sink.clone();
     let node = FilterFactory.create(ctx, &cfg, signal, next).unwrap();
     Setup { node, sink, telemetry }
 }
 
-fn kv(k: &str, v: Av) -> KeyValue {
-    KeyValue { key: k.into(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }
-}
 fn s(v: &str) -> Av {
     Av::StringValue(v.into())
 }
 
-fn span(name: &str, kind: i32, attrs: Vec<KeyValue>) -> Span {
-    Span { name: name.into(), kind, attributes: attrs, ..Default::default() }
-}
-
 fn traces(service: &str, spans: Vec<Span>) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource { attributes: vec![kv("service.name", s(service))], ..Default::default() }),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(InstrumentationScope { name: "vllm".into(), version: "0.8".into(), ..Default::default() }),
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+    traces_request(vec![kv("service.name", s(service))], scope("vllm", "0.8"), spans)
 }
 
 fn names(p: &[Payload]) -> Vec<String> {
@@ -406,22 +373,7 @@ async fn datapoint_conditions_read_histograms() {
 }
 
 fn logs(records: Vec<LogRecord>) -> ExportLogsServiceRequest {
-    ExportLogsServiceRequest {
-        resource_logs: vec![ResourceLogs {
-            resource: Some(Resource::default()),
-            scope_logs: vec![ScopeLogs { log_records: records, ..Default::default() }],
-            ..Default::default()
-        }],
-    }
-}
-
-fn log(sev: i32, text: &str, body: Av) -> LogRecord {
-    LogRecord {
-        severity_number: sev,
-        severity_text: text.into(),
-        body: Some(AnyValue { value: Some(body) }),
-        ..Default::default()
-    }
+    logs_request(vec![], None, records)
 }
 
 #[tokio::test]

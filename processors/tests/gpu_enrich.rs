@@ -1,21 +1,22 @@
 //! `gpu_enrich`: the as-of join against a brute-force scan (proptest), sharing between pipeline
 //! instances, unmatched counting, GPU-set resolution, and memory creep moving the joined VRAM.
 
-use async_trait::async_trait;
 use inferwatch_core::component::{ComponentId, CreateContext, ProcessorFactory};
-use inferwatch_core::consumer::{ConsumeError, Consumer, ConsumerRef};
+use inferwatch_core::consumer::ConsumerRef;
 use inferwatch_core::pdata::{Encoded, Payload, Signal};
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::gpu_enrich::{GpuEnrich, GpuEnrichFactory};
+use inferwatch_testkit::attrs::{bool_attr, f64_attr, int_attr};
+use inferwatch_testkit::harness::Sink;
+use inferwatch_testkit::otlp::{int_kv as i, kv as s};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{
     Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
-use parking_lot::Mutex;
 use proptest::prelude::*;
 use serde_json::json;
 use std::sync::Arc;
@@ -24,43 +25,6 @@ const MS: u64 = 1_000_000;
 const BASE: u64 = 1_700_000_000_000 * MS;
 /// Time unit of the generated data: 100 ms.
 const TICK: u64 = 100 * MS;
-
-fn kv(k: &str, v: Value) -> KeyValue {
-    KeyValue { key: k.into(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }
-}
-
-fn s(k: &str, v: &str) -> KeyValue {
-    kv(k, Value::StringValue(v.into()))
-}
-
-fn i(k: &str, v: i64) -> KeyValue {
-    kv(k, Value::IntValue(v))
-}
-
-fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Value> {
-    attrs.iter().find(|a| a.key == key).and_then(|a| a.value.as_ref()).and_then(|v| v.value.as_ref())
-}
-
-fn int_attr(attrs: &[KeyValue], key: &str) -> Option<i64> {
-    match attr(attrs, key)? {
-        Value::IntValue(v) => Some(*v),
-        _ => None,
-    }
-}
-
-fn f64_attr(attrs: &[KeyValue], key: &str) -> Option<f64> {
-    match attr(attrs, key)? {
-        Value::DoubleValue(v) => Some(*v),
-        _ => None,
-    }
-}
-
-fn bool_attr(attrs: &[KeyValue], key: &str) -> Option<bool> {
-    match attr(attrs, key)? {
-        Value::BoolValue(v) => Some(*v),
-        _ => None,
-    }
-}
 
 /// One gauge point in its own resource.
 fn point(name: &str, ts: u64, value: f64, attrs: Vec<KeyValue>, resource: Vec<KeyValue>) -> ResourceMetrics {
@@ -122,23 +86,12 @@ fn span_attrs(p: &Payload) -> Vec<Vec<KeyValue>> {
         .collect()
 }
 
-#[derive(Default)]
-struct Capture(Mutex<Vec<Payload>>);
-
-#[async_trait]
-impl Consumer for Capture {
-    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        self.0.lock().push(data);
-        Ok(())
-    }
-}
-
 fn ctx(name: &str) -> CreateContext {
     CreateContext::new(ComponentId::parse(name).unwrap(), Arc::new(Telemetry::new()))
 }
 
 fn build(ctx: &CreateContext, cfg: serde_json::Value, signal: Signal, cvd: Option<&str>) -> Arc<GpuEnrich> {
-    let next: ConsumerRef = Arc::new(Capture::default());
+    let next: ConsumerRef = Sink::new();
     GpuEnrich::build(ctx, &cfg, signal, next, cvd).unwrap()
 }
 
@@ -341,27 +294,27 @@ fn mem_sample(ts: u64, gpu: i64, bytes: f64) -> ResourceMetrics {
 async fn spans_are_enriched_from_samples_of_the_metrics_pipeline_instance() {
     let f = GpuEnrichFactory;
     let c = ctx("gpu_enrich");
-    let (mout, tout) = (Arc::new(Capture::default()), Arc::new(Capture::default()));
+    let (mout, tout) = (Sink::new(), Sink::new());
     let cfg = json!({"host_name": "node1"});
     let m = f.create(c.clone(), &cfg, Signal::Metrics, mout.clone()).unwrap();
     let t = f.create(c.clone(), &cfg, Signal::Traces, tout.clone()).unwrap();
     // The same id in another graph (another host) has its own store.
     let other = ctx("gpu_enrich");
-    let t2out = Arc::new(Capture::default());
+    let t2out = Sink::new();
     let t2 = f.create(other, &cfg, Signal::Traces, t2out.clone()).unwrap();
 
     let samples =
         metrics(vec![mem_sample(BASE, 0, 1e9), mem_sample(BASE, 1, 2e9), mem_sample(BASE + 1000 * MS, 0, 3e9)]);
     m.consume(samples.clone()).await.unwrap();
-    assert_eq!(mout.0.lock().as_slice(), &[samples]);
+    assert_eq!(mout.payloads().as_slice(), &[samples]);
     t.consume(Payload::Traces(spans(&[BASE + 500 * MS, BASE + 1500 * MS], vec![]))).await.unwrap();
-    let out = span_attrs(&tout.0.lock()[0]);
+    let out = span_attrs(&tout.payloads()[0]);
     assert_eq!(int_attr(&out[0], "gpu.memory.used"), Some(3_000_000_000), "GPU 0 at 0 s + GPU 1 at 0 s");
     assert_eq!(int_attr(&out[1], "gpu.memory.used"), Some(5_000_000_000), "GPU 0 at 1 s + GPU 1 at 0 s");
     assert_eq!(int_attr(&out[1], "gpu.count"), Some(2));
     t2.consume(Payload::Traces(spans(&[BASE + 500 * MS], vec![]))).await.unwrap();
-    assert_eq!(int_attr(&span_attrs(&t2out.0.lock()[0])[0], "gpu.count"), None);
-    assert!(f.create(c, &cfg, Signal::Logs, Arc::new(Capture::default())).is_err());
+    assert_eq!(int_attr(&span_attrs(&t2out.payloads()[0])[0], "gpu.count"), None);
+    assert!(f.create(c, &cfg, Signal::Logs, Sink::new()).is_err());
 }
 
 #[test]

@@ -1,31 +1,21 @@
 //! `kv_pressure` driven through the ArrowProcessor trait with batches from `metrics::to_batch`.
 
-use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, metrics};
+use inferwatch_core::arrow::ArrowProcessorFactory;
 use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, ProcessorFactory};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::state::StateError;
 use inferwatch_core::telemetry::Telemetry;
-use inferwatch_processors::kv_pressure::KvPressureFactory;
+use inferwatch_processors::kv_pressure::{KvPressureFactory, STATE_VERSION};
+use inferwatch_testkit::harness::Harness;
+use inferwatch_testkit::otlp::{self, gauge, gauge_points, kv, kvs, metrics_request, point, scope, sum};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{
-    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, metric, number_data_point,
-};
-use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::metrics::v1::NumberDataPoint;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 const S: u64 = 1_000_000_000;
 const BASE: u64 = 1_700_000_400 * S;
-
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
-        ..Default::default()
-    }
-}
 
 /// One input point: metric name, point attributes, resource attributes, offset (s), value.
 #[derive(Clone, Debug)]
@@ -69,28 +59,9 @@ fn scraped(name: &'static str, extra: Vec<(&'static str, &'static str)>, at: u64
 fn request(points: &[In]) -> ExportMetricsServiceRequest {
     let resource_metrics = points
         .iter()
-        .map(|p| ResourceMetrics {
-            resource: Some(Resource {
-                attributes: p.resource.iter().map(|(k, v)| kv(k, v)).collect(),
-                ..Default::default()
-            }),
-            scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope { name: "src".into(), ..Default::default() }),
-                metrics: vec![Metric {
-                    name: p.name.into(),
-                    data: Some(metric::Data::Gauge(Gauge {
-                        data_points: vec![NumberDataPoint {
-                            attributes: p.attrs.iter().map(|(k, v)| kv(k, v)).collect(),
-                            time_unix_nano: BASE + p.at * S,
-                            value: Some(number_data_point::Value::AsDouble(p.value)),
-                            ..Default::default()
-                        }],
-                    })),
-                    ..Default::default()
-                }],
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
+        .map(|p| {
+            let pt = point(kvs(&p.attrs), BASE + p.at * S, p.value);
+            otlp::resource_metrics(kvs(&p.resource), scope("src", ""), vec![gauge(p.name, "", vec![pt])])
         })
         .collect();
     ExportMetricsServiceRequest { resource_metrics }
@@ -107,34 +78,9 @@ struct Out {
     resource: BTreeMap<String, String>,
 }
 
-fn strings(kvs: &[KeyValue]) -> BTreeMap<String, String> {
-    kvs.iter()
-        .map(|kv| {
-            let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                Some(any_value::Value::StringValue(s)) => s.clone(),
-                Some(any_value::Value::IntValue(i)) => i.to_string(),
-                Some(any_value::Value::DoubleValue(d)) => d.to_string(),
-                other => format!("{other:?}"),
-            };
-            (kv.key.clone(), v)
-        })
-        .collect()
-}
-
 fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Out> {
-    let mut points = Vec::new();
-    for rm in &req.resource_metrics {
-        let resource = strings(&rm.resource.as_ref().unwrap().attributes);
-        for sm in &rm.scope_metrics {
-            for m in &sm.metrics {
-                let Some(metric::Data::Gauge(g)) = &m.data else { panic!("not a gauge") };
-                for p in &g.data_points {
-                    let Some(number_data_point::Value::AsDouble(v)) = p.value else { panic!("not a double") };
-                    points.push((m.name.clone(), p.time_unix_nano, v, strings(&p.attributes), resource.clone()));
-                }
-            }
-        }
-    }
+    let points: Vec<_> =
+        gauge_points(req).into_iter().map(|p| (p.name, p.time, p.value, p.attrs, p.resource)).collect();
     // Score and level points come in two Metrics per scope, each in input order: pair them up.
     let (scores, levels): (Vec<_>, Vec<_>) = points.into_iter().partition(|p| p.0 == "llm.anomaly.score");
     assert_eq!(scores.len(), levels.len());
@@ -149,19 +95,17 @@ fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Out> {
         .collect()
 }
 
-struct Harness {
-    proc: Box<dyn ArrowProcessor>,
-    telemetry: Arc<Telemetry>,
-    id: ComponentId,
+/// The kit's harness on this file's points.
+trait KvPressure {
+    fn new(cfg: serde_json::Value) -> Self;
+    fn process(&mut self, points: &[In]) -> Vec<Out>;
+    fn process_request(&mut self, req: &ExportMetricsServiceRequest) -> Vec<Out>;
+    fn advance(&mut self, at: u64);
 }
 
-impl Harness {
+impl KvPressure for Harness {
     fn new(cfg: serde_json::Value) -> Self {
-        let telemetry = Arc::new(Telemetry::new());
-        let id = ComponentId::parse("kv_pressure/test").unwrap();
-        let ctx = CreateContext::new(id.clone(), telemetry.clone());
-        let proc = KvPressureFactory.create_arrow(ctx, &cfg, Signal::Metrics).unwrap();
-        Harness { proc, telemetry, id }
+        Harness::create(&KvPressureFactory, "kv_pressure/test", &cfg, Signal::Metrics)
     }
 
     fn process(&mut self, points: &[In]) -> Vec<Out> {
@@ -169,20 +113,13 @@ impl Harness {
     }
 
     fn process_request(&mut self, req: &ExportMetricsServiceRequest) -> Vec<Out> {
-        let mut out = Vec::new();
-        self.proc.process(&metrics::to_batch(req).unwrap(), &mut out).unwrap();
+        let out = self.process_metrics(req);
         assert!(out.len() <= 1, "one derived batch per input batch");
-        out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect()
+        out.iter().flat_map(flatten).collect()
     }
 
     fn advance(&mut self, at: u64) {
-        let mut out = Vec::new();
-        self.proc.advance(BASE + at * S, &mut out).unwrap();
-        assert!(out.is_empty(), "kv_pressure emits on input only");
-    }
-
-    fn evicted(&self, reason: &str) -> u64 {
-        self.telemetry.series_evicted(&self.id, reason).get()
+        assert!(self.advance_metrics(BASE + at * S).is_empty(), "kv_pressure emits on input only");
     }
 }
 
@@ -378,13 +315,22 @@ fn kv_pressure_snapshot_restore_continues_as_if_never_stopped() {
         let mut first = Harness::new(cfg.clone());
         let mut got = run(&mut first, &steps[..cut]);
         let bytes = first.proc.snapshot().unwrap();
-        assert_eq!(first.proc.state_version(), 2);
+        assert_eq!(first.proc.state_version(), STATE_VERSION);
         let mut second = Harness::new(cfg.clone());
         second.proc.restore(&bytes).unwrap();
         assert_eq!(second.proc.series_count(), first.proc.series_count());
         assert_eq!(second.proc.snapshot().unwrap(), bytes);
         got.extend(run(&mut second, &steps[cut..]));
         assert_eq!(got, want, "cut after step {cut}");
+    }
+    // A checkpoint of an earlier state version (v2: group keys model-first) is refused.
+    assert_eq!(STATE_VERSION, 3);
+    for v in [1, 2] {
+        let old = inferwatch_core::state::seal("kv_pressure", v, &whole.proc.snapshot().unwrap());
+        let msg = inferwatch_core::state::unseal("stage/kv_pressure", "kv_pressure", STATE_VERSION, &old)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains(&format!("state version {v}, this build reads 3")), "{msg}");
     }
     let mut fresh = Harness::new(cfg);
     assert!(matches!(fresh.proc.restore(b"not a snapshot at all"), Err(StateError::Corrupt { .. })));
@@ -513,30 +459,8 @@ fn kv_pressure_warm_up_restarts_after_a_gap() {
 /// A cumulative counter point of group m (as `llm_signals` labels it) with a start time.
 fn counter(name: &str, at: u64, start: u64, value: f64) -> ExportMetricsServiceRequest {
     let s = signal("llm.kv_cache.usage", "m", at, value);
-    ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource { attributes: vec![kv("service.name", "vllm")], ..Default::default() }),
-            scope_metrics: vec![ScopeMetrics {
-                metrics: vec![Metric {
-                    name: name.into(),
-                    data: Some(metric::Data::Sum(Sum {
-                        data_points: vec![NumberDataPoint {
-                            attributes: s.attrs.iter().map(|(k, v)| kv(k, v)).collect(),
-                            start_time_unix_nano: BASE + start * S,
-                            time_unix_nano: BASE + at * S,
-                            value: Some(number_data_point::Value::AsDouble(value)),
-                            ..Default::default()
-                        }],
-                        aggregation_temporality: 2,
-                        is_monotonic: true,
-                    })),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+    let pt = NumberDataPoint { start_time_unix_nano: BASE + start * S, ..point(kvs(&s.attrs), BASE + at * S, value) };
+    metrics_request(vec![kv("service.name", "vllm")], None, vec![sum(name, "", vec![pt], true)])
 }
 
 #[test]

@@ -1,25 +1,23 @@
 //! `llm_signals` driven through the ArrowProcessor trait with batches from `spans::to_batch` /
 //! `metrics::to_batch`, and once as a connector built by its factory (`build_connector`).
 
-use async_trait::async_trait;
-use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, metrics, spans};
+use inferwatch_core::arrow::ArrowProcessorFactory;
 use inferwatch_core::component::{ComponentId, ConnectorFactory, CreateContext, PathSeg};
-use inferwatch_core::consumer::{ConsumeError, Consumer};
 use inferwatch_core::pdata::{Payload, Signal};
 use inferwatch_core::state::StateError;
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::llm_signals::LlmSignalsFactory;
 use inferwatch_processors::llm_signals::hist::{DURATION_BOUNDS, TPOT_BOUNDS, TTFT_BOUNDS};
+use inferwatch_testkit::harness::{Harness, Sink};
+use inferwatch_testkit::otlp::{
+    self, f64_kv as dbl, histogram_point, int_kv as int, kv as s, metrics_request, point, resource, scope,
+};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{
-    Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, metric,
-    number_data_point,
-};
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{Metric, NumberDataPoint, metric, number_data_point};
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
-use parking_lot::Mutex;
+use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -31,22 +29,6 @@ const ALPHA: f64 = 0.01;
 
 fn at(secs: f64) -> u64 {
     BASE + (secs * 1e9).round() as u64
-}
-
-fn kv(k: &str, v: any_value::Value) -> KeyValue {
-    KeyValue { key: k.into(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }
-}
-fn s(k: &str, v: &str) -> KeyValue {
-    kv(k, any_value::Value::StringValue(v.into()))
-}
-fn int(k: &str, v: i64) -> KeyValue {
-    kv(k, any_value::Value::IntValue(v))
-}
-fn dbl(k: &str, v: f64) -> KeyValue {
-    kv(k, any_value::Value::DoubleValue(v))
-}
-fn resource(attrs: Vec<KeyValue>) -> Resource {
-    Resource { attributes: attrs, ..Default::default() }
 }
 
 // ---- inputs -------------------------------------------------------------------------------------
@@ -67,87 +49,30 @@ fn span(name: &str, end_s: f64, dur_s: f64, attrs: Vec<KeyValue>, error: bool) -
 }
 
 fn traces(groups: Vec<(Resource, Vec<Span>)>) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: groups
-            .into_iter()
-            .map(|(r, spans)| ResourceSpans {
-                resource: Some(r),
-                scope_spans: vec![ScopeSpans {
-                    scope: Some(InstrumentationScope { name: "vllm.llm_engine".into(), ..Default::default() }),
-                    spans,
-                    schema_url: String::new(),
-                }],
-                schema_url: String::new(),
-            })
-            .collect(),
-    }
+    let resource_spans =
+        groups.into_iter().map(|(r, spans)| otlp::resource_spans(r.attributes, scope("vllm.llm_engine", ""), spans));
+    ExportTraceServiceRequest { resource_spans: resource_spans.collect() }
 }
 
 fn gauge(name: &str, attrs: &[KeyValue], t: f64, v: f64) -> Metric {
-    Metric {
-        name: name.into(),
-        data: Some(metric::Data::Gauge(Gauge {
-            data_points: vec![NumberDataPoint {
-                attributes: attrs.to_vec(),
-                time_unix_nano: at(t),
-                value: Some(number_data_point::Value::AsDouble(v)),
-                ..Default::default()
-            }],
-        })),
-        ..Default::default()
-    }
+    otlp::gauge(name, "", vec![point(attrs.to_vec(), at(t), v)])
 }
 
 fn counter(name: &str, attrs: &[KeyValue], start: f64, t: f64, v: f64) -> Metric {
-    Metric {
-        name: name.into(),
-        data: Some(metric::Data::Sum(Sum {
-            data_points: vec![NumberDataPoint {
-                attributes: attrs.to_vec(),
-                start_time_unix_nano: at(start),
-                time_unix_nano: at(t),
-                value: Some(number_data_point::Value::AsDouble(v)),
-                ..Default::default()
-            }],
-            aggregation_temporality: 2,
-            is_monotonic: true,
-        })),
-        ..Default::default()
-    }
+    otlp::sum(
+        name,
+        "",
+        vec![NumberDataPoint { start_time_unix_nano: at(start), ..point(attrs.to_vec(), at(t), v) }],
+        true,
+    )
 }
 
 fn histo(name: &str, attrs: &[KeyValue], start: f64, t: f64, bounds: &[f64], counts: &[u64], sum: f64) -> Metric {
-    Metric {
-        name: name.into(),
-        data: Some(metric::Data::Histogram(Histogram {
-            data_points: vec![HistogramDataPoint {
-                attributes: attrs.to_vec(),
-                start_time_unix_nano: at(start),
-                time_unix_nano: at(t),
-                count: counts.iter().sum(),
-                sum: Some(sum),
-                bucket_counts: counts.to_vec(),
-                explicit_bounds: bounds.to_vec(),
-                ..Default::default()
-            }],
-            aggregation_temporality: 2,
-        })),
-        ..Default::default()
-    }
+    otlp::histogram(name, "", vec![histogram_point(attrs.to_vec(), at(start), at(t), bounds, counts, sum)])
 }
 
 fn scrape(res: &Resource, metrics: Vec<Metric>) -> ExportMetricsServiceRequest {
-    ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(res.clone()),
-            scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope { name: "prometheus".into(), ..Default::default() }),
-                metrics,
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        }],
-    }
+    metrics_request(res.attributes.clone(), scope("prometheus", ""), metrics)
 }
 
 // ---- outputs ------------------------------------------------------------------------------------
@@ -249,39 +174,32 @@ fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Pt> {
     out
 }
 
-struct Harness {
-    proc: Box<dyn ArrowProcessor>,
-    telemetry: Arc<Telemetry>,
-    id: ComponentId,
+/// The kit's harness on this file's requests and points.
+trait LlmSignals {
+    fn new(signal: Signal, cfg: serde_json::Value) -> Self;
+    fn spans(&mut self, req: &ExportTraceServiceRequest);
+    fn metrics(&mut self, req: &ExportMetricsServiceRequest);
+    fn advance_ns(&mut self, wm: u64) -> Vec<Pt>;
+    fn advance(&mut self, secs: f64) -> Vec<Pt>;
+    fn spans_out(&mut self, req: &ExportTraceServiceRequest) -> Vec<Pt>;
 }
 
-impl Harness {
+impl LlmSignals for Harness {
     fn new(signal: Signal, cfg: serde_json::Value) -> Self {
-        let telemetry = Arc::new(Telemetry::new());
-        let id = ComponentId::parse("llm_signals/test").unwrap();
-        let ctx = CreateContext::new(id.clone(), telemetry.clone());
-        let proc = LlmSignalsFactory.create_arrow(ctx, &cfg, signal).unwrap();
-        Harness { proc, telemetry, id }
+        Harness::create(&LlmSignalsFactory, "llm_signals/test", &cfg, signal)
     }
 
     fn spans(&mut self, req: &ExportTraceServiceRequest) {
-        let mut out = Vec::new();
-        self.proc.process(&spans::to_batch(req).unwrap(), &mut out).unwrap();
-        assert!(out.is_empty(), "output only on advance");
+        assert!(self.process_spans(req).is_empty(), "output only on advance");
     }
 
     fn metrics(&mut self, req: &ExportMetricsServiceRequest) {
-        let mut out = Vec::new();
-        self.proc.process(&metrics::to_batch(req).unwrap(), &mut out).unwrap();
-        assert!(out.is_empty(), "output only on advance");
+        assert!(self.process_metrics(req).is_empty(), "output only on advance");
     }
 
     /// Advances to `wm` (ns) and returns the points emitted; none is after the watermark.
     fn advance_ns(&mut self, wm: u64) -> Vec<Pt> {
-        let mut out = Vec::new();
-        self.proc.advance(wm, &mut out).unwrap();
-        assert!(out.len() <= 1, "one derived batch per advance");
-        let pts: Vec<Pt> = out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect();
+        let pts: Vec<Pt> = self.advance_one(wm).iter().flat_map(flatten).collect();
         assert!(pts.iter().all(|p| p.time <= wm), "a window or flush after the watermark was emitted");
         pts
     }
@@ -290,8 +208,11 @@ impl Harness {
         self.advance_ns(at(secs))
     }
 
-    fn evicted(&self, reason: &str) -> u64 {
-        self.telemetry.series_evicted(&self.id, reason).get()
+    /// Processes spans and returns the points `process` emitted (per-request points only).
+    fn spans_out(&mut self, req: &ExportTraceServiceRequest) -> Vec<Pt> {
+        let out = self.process_spans(req);
+        assert!(out.len() <= 1, "one derived batch per processed batch");
+        out.iter().flat_map(flatten).collect()
     }
 }
 
@@ -1020,12 +941,8 @@ fn check_restore_continues(signal: Signal, cfg: serde_json::Value, steps: Vec<(I
     for cut in [1, 5, 9] {
         let mut first = Harness::new(signal, cfg.clone());
         let mut got = run(&mut first, &steps[..cut]);
-        let bytes = first.proc.snapshot().unwrap();
         assert_eq!(first.proc.state_version(), inferwatch_processors::llm_signals::STATE_VERSION);
-        let mut second = Harness::new(signal, cfg.clone());
-        second.proc.restore(&bytes).unwrap();
-        assert_eq!(second.proc.series_count(), first.proc.series_count());
-        assert_eq!(second.proc.snapshot().unwrap(), bytes, "restore then snapshot gives the same bytes");
+        let mut second = first.restore_into(Harness::new(signal, cfg.clone()));
         got.extend(run(&mut second, &steps[cut..]));
         assert_eq!(got, want, "cut after step {cut}");
         for reason in ["idle", "max_series"] {
@@ -1091,20 +1008,9 @@ fn llm_signals_factory_and_config_errors() {
     assert!(f.create_arrow(ctx, &json!({}), Signal::Logs).is_err());
 }
 
-#[derive(Default)]
-struct Capture(Mutex<Vec<Payload>>);
-
-#[async_trait]
-impl Consumer for Capture {
-    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        self.0.lock().push(data);
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn llm_signals_connector_emits_only_derived_metrics() {
-    let capture = Arc::new(Capture::default());
+    let capture = Sink::new();
     let ctx = CreateContext::new(ComponentId::parse("llm_signals").unwrap(), Arc::new(Telemetry::new()));
     let f = LlmSignalsFactory;
     let wrong = CreateContext::new(ComponentId::parse("llm_signals").unwrap(), Arc::new(Telemetry::new()));
@@ -1113,15 +1019,14 @@ async fn llm_signals_connector_emits_only_derived_metrics() {
         f.create(ctx, &json!({"allowed_lateness": "0s"}), Signal::Traces, Signal::Metrics, capture.clone()).unwrap();
     node.consume(Payload::Traces(vllm_spans())).await.unwrap();
     // The spans themselves never reach the output; the watermark (40 s) closes the flushes before it.
-    let got: Vec<Payload> = std::mem::take(&mut *capture.0.lock());
+    let got: Vec<Payload> = capture.take();
     assert!(got.iter().all(|p| matches!(p, Payload::Metrics(_))));
     let early: Vec<Pt> =
         got.iter().flat_map(|p| if let Payload::Metrics(m) = p { flatten(m) } else { vec![] }).collect();
     assert!(early.iter().all(|p| p.time <= at(40.0)) && !early.is_empty());
     node.end_of_input().await;
     let rest: Vec<Pt> = capture
-        .0
-        .lock()
+        .payloads()
         .iter()
         .flat_map(|p| if let Payload::Metrics(m) = p { flatten(m) } else { panic!("not metrics") })
         .collect();
@@ -1131,16 +1036,6 @@ async fn llm_signals_connector_emits_only_derived_metrics() {
 }
 
 // ---- per_request ----------------------------------------------------------------------------------
-
-impl Harness {
-    /// Processes spans and returns the points `process` emitted (per-request points only).
-    fn spans_out(&mut self, req: &ExportTraceServiceRequest) -> Vec<Pt> {
-        let mut out = Vec::new();
-        self.proc.process(&spans::to_batch(req).unwrap(), &mut out).unwrap();
-        assert!(out.len() <= 1, "one derived batch per processed batch");
-        out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect()
-    }
-}
 
 #[test]
 fn llm_signals_per_request_points_carry_each_measured_latency_and_the_request_id() {

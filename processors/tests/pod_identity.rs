@@ -2,10 +2,9 @@
 //! through their factories, and the k8s.* resource attributes of input spans reaching the
 //! golden signals (`llm_signals`), a detector's scores (`zscore_skew`) and an alert (`alerts`).
 
-use async_trait::async_trait;
 use inferwatch_core::arrow::{ArrowProcessorFactory, RecordBatch, metrics, spans};
 use inferwatch_core::component::{ComponentId, ConnectorFactory, CreateContext, NodeRef, ProcessorFactory};
-use inferwatch_core::consumer::{ConsumeError, Consumer};
+use inferwatch_core::consumer::Consumer;
 use inferwatch_core::pdata::{Encoded, Payload, Signal};
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::alerts::AlertsFactory;
@@ -14,65 +13,46 @@ use inferwatch_processors::llm_signals::LlmSignalsFactory;
 use inferwatch_processors::resource::ResourceFactory;
 use inferwatch_processors::resourcedetection::{ResourceDetection, ResourceDetectionConfig, ResourceDetectionFactory};
 use inferwatch_processors::zscore_skew::ZscoreSkewFactory;
+use inferwatch_testkit::attrs::{attr as get, str_attr};
+use inferwatch_testkit::harness::Sink;
+use inferwatch_testkit::otlp::{self, kv, logs_request, resource_spans, scope};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value::Value};
-use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::metrics::v1::{
     Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric::Data, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
-use parking_lot::Mutex;
+use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use serde_json::json;
 use std::sync::Arc;
 
 const S: u64 = 1_000_000_000;
 const BASE: u64 = 1_699_999_980 * S;
 
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue { key: k.into(), value: Some(AnyValue { value: Some(Value::StringValue(v.into())) }), key_strindex: 0 }
-}
-fn get<'a>(attrs: &'a [KeyValue], k: &str) -> Option<&'a Value> {
-    attrs.iter().find(|a| a.key == k).and_then(|a| a.value.as_ref()?.value.as_ref())
-}
 fn sval(attrs: &[KeyValue], k: &str) -> Option<String> {
-    match get(attrs, k)? {
-        Value::StringValue(s) => Some(s.clone()),
-        _ => None,
-    }
+    str_attr(attrs, k).map(str::to_string)
 }
 
-#[derive(Default)]
-struct Capture(Mutex<Vec<Payload>>);
-
-#[async_trait]
-impl Consumer for Capture {
-    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        self.0.lock().push(data);
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn take(&self) -> Vec<Payload> {
-        self.0.lock().drain(..).map(|p| p.into_decoded().unwrap()).collect()
-    }
+/// Every payload the sink got so far, decoded, then cleared.
+fn decoded(out: &Sink) -> Vec<Payload> {
+    out.take().into_iter().map(|p| p.into_decoded().unwrap()).collect()
 }
 
 fn ctx(id: &str) -> CreateContext {
     CreateContext::new(ComponentId::parse(id).unwrap(), Arc::new(Telemetry::new()))
 }
 
-fn processor(f: &dyn ProcessorFactory, cfg: serde_json::Value, signal: Signal) -> (NodeRef, Arc<Capture>) {
-    let out = Arc::new(Capture::default());
+fn processor(f: &dyn ProcessorFactory, cfg: serde_json::Value, signal: Signal) -> (NodeRef, Arc<Sink>) {
+    let out = Sink::new();
     let node = f.create(ctx(f.type_name()), &cfg, signal, out.clone()).unwrap();
     (node, out)
 }
 
 fn create_err(f: &dyn ProcessorFactory, cfg: serde_json::Value, signal: Signal) -> String {
-    match f.create(ctx(f.type_name()), &cfg, signal, Arc::new(Capture::default())) {
+    match f.create(ctx(f.type_name()), &cfg, signal, Sink::new()) {
         Ok(_) => panic!("{cfg} must be refused"),
         Err(inferwatch_core::component::ComponentError::Config(e)) => e.dotted(),
         Err(e) => panic!("not a config error: {e}"),
@@ -80,35 +60,12 @@ fn create_err(f: &dyn ProcessorFactory, cfg: serde_json::Value, signal: Signal) 
 }
 
 fn span(name: &str, kind: i32, attrs: Vec<KeyValue>) -> Span {
-    Span {
-        name: name.into(),
-        kind,
-        span_id: vec![1; 8],
-        trace_id: vec![2; 16],
-        attributes: attrs,
-        ..Default::default()
-    }
+    Span { span_id: vec![1; 8], trace_id: vec![2; 16], ..otlp::span(name, kind, attrs) }
 }
 
 fn traces(groups: Vec<(Vec<KeyValue>, &str, Vec<Span>)>) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: groups
-            .into_iter()
-            .map(|(res, scope, spans)| ResourceSpans {
-                resource: Some(Resource { attributes: res, ..Default::default() }),
-                scope_spans: vec![ScopeSpans {
-                    scope: Some(InstrumentationScope {
-                        name: scope.into(),
-                        version: "1.0".into(),
-                        ..Default::default()
-                    }),
-                    spans,
-                    schema_url: String::new(),
-                }],
-                schema_url: String::new(),
-            })
-            .collect(),
-    }
+    let resource_spans = groups.into_iter().map(|(res, sc, spans)| resource_spans(res, scope(sc, "1.0"), spans));
+    ExportTraceServiceRequest { resource_spans: resource_spans.collect() }
 }
 
 fn gauge_req(res: Vec<KeyValue>, names: &[&str]) -> ExportMetricsServiceRequest {
@@ -139,13 +96,7 @@ fn gauge_req(res: Vec<KeyValue>, names: &[&str]) -> ExportMetricsServiceRequest 
 }
 
 fn logs_req(res: Vec<KeyValue>, records: Vec<LogRecord>) -> ExportLogsServiceRequest {
-    ExportLogsServiceRequest {
-        resource_logs: vec![ResourceLogs {
-            resource: Some(Resource { attributes: res, ..Default::default() }),
-            scope_logs: vec![ScopeLogs { log_records: records, ..Default::default() }],
-            schema_url: String::new(),
-        }],
-    }
+    logs_request(res, None, records)
 }
 
 // ---- resource ----------------------------------------------------------------------------------
@@ -172,18 +123,18 @@ async fn resource_processor_acts_on_every_signal_and_keeps_encoded_items_as_byte
     let req = traces(vec![(res.clone(), "s", vec![span("a", 2, vec![kv("x", "1")])])]);
     let enc = Encoded::from_decoded(&Payload::Traces(req.clone()));
     node.consume(Payload::Encoded(enc)).await.unwrap();
-    let got = out.take();
+    let got = decoded(&out);
     let Payload::Traces(t) = &got[0] else { panic!("traces") };
     check(&t.resource_spans[0].resource.as_ref().unwrap().attributes);
     assert_eq!(t.resource_spans[0].scope_spans, req.resource_spans[0].scope_spans);
     // Metrics and logs, decoded.
     let (node, out) = processor(&ResourceFactory, cfg.clone(), Signal::Metrics);
     node.consume(Payload::Metrics(gauge_req(res.clone(), &["m"]))).await.unwrap();
-    let Payload::Metrics(m) = &out.take()[0] else { panic!("metrics") };
+    let Payload::Metrics(m) = &decoded(&out)[0] else { panic!("metrics") };
     check(&m.resource_metrics[0].resource.as_ref().unwrap().attributes);
     let (node, out) = processor(&ResourceFactory, cfg, Signal::Logs);
     node.consume(Payload::Logs(logs_req(res, vec![LogRecord::default()]))).await.unwrap();
-    let Payload::Logs(l) = &out.take()[0] else { panic!("logs") };
+    let Payload::Logs(l) = &decoded(&out)[0] else { panic!("logs") };
     check(&l.resource_logs[0].resource.as_ref().unwrap().attributes);
 }
 
@@ -194,7 +145,7 @@ async fn resource_processor_passes_an_unchanged_encoded_payload_as_it_came() {
     let enc =
         Encoded::from_decoded(&Payload::Traces(traces(vec![(vec![kv("a", "b")], "s", vec![span("x", 1, vec![])])])));
     node.consume(Payload::Encoded(enc.clone())).await.unwrap();
-    let got = out.0.lock().drain(..).collect::<Vec<_>>();
+    let got = out.take();
     assert_eq!(got, vec![Payload::Encoded(enc)]);
 }
 
@@ -228,7 +179,7 @@ async fn attributes_include_exclude_select_spans() {
         (vec![kv("service.name", "other")], "s", vec![span("llm_request", 2, vec![])]),
     ]);
     node.consume(Payload::Traces(req)).await.unwrap();
-    let Payload::Traces(t) = &out.take()[0] else { panic!("traces") };
+    let Payload::Traces(t) = &decoded(&out)[0] else { panic!("traces") };
     let touched: Vec<bool> = t
         .resource_spans
         .iter()
@@ -265,7 +216,7 @@ async fn attributes_match_attributes_resources_and_libraries() {
         (vec![kv("k8s.namespace.name", "llm-prod")], "tgi", vec![span("e", 2, good())]),
     ]);
     node.consume(Payload::Traces(req)).await.unwrap();
-    let Payload::Traces(t) = &out.take()[0] else { panic!("traces") };
+    let Payload::Traces(t) = &decoded(&out)[0] else { panic!("traces") };
     let hit: Vec<&str> = t
         .resource_spans
         .iter()
@@ -284,7 +235,7 @@ async fn attributes_on_metric_points_and_log_records() {
     });
     let (node, out) = processor(&AttributesFactory, cfg, Signal::Metrics);
     node.consume(Payload::Metrics(gauge_req(vec![], &["change", "keep"]))).await.unwrap();
-    let Payload::Metrics(m) = &out.take()[0] else { panic!("metrics") };
+    let Payload::Metrics(m) = &decoded(&out)[0] else { panic!("metrics") };
     let attrs = |i: usize| match &m.resource_metrics[0].scope_metrics[0].metrics[i].data {
         Some(Data::Gauge(g)) => g.data_points[0].attributes.clone(),
         _ => panic!("gauge"),
@@ -306,7 +257,7 @@ async fn attributes_on_metric_points_and_log_records() {
     node.consume(Payload::Logs(logs_req(vec![], vec![rec(13, "a"), rec(9, "b"), rec(17, "noisy!"), rec(0, "c")])))
         .await
         .unwrap();
-    let Payload::Logs(l) = &out.take()[0] else { panic!("logs") };
+    let Payload::Logs(l) = &decoded(&out)[0] else { panic!("logs") };
     let flagged: Vec<bool> =
         l.resource_logs[0].scope_logs[0].log_records.iter().map(|r| get(&r.attributes, "flag").is_some()).collect();
     assert_eq!(flagged, vec![true, false, false, false]);
@@ -399,10 +350,10 @@ async fn override_true_replaces_and_false_keeps_the_incoming_value() {
     let detected = detection(json!({"detectors": ["k8s_downward_api"]}), &POD_ENV);
     let req = || traces(vec![(vec![kv("k8s.pod.name", "incoming")], "s", vec![span("a", 2, vec![])])]);
     for (override_existing, want) in [(true, "vllm-7d9f-abcde"), (false, "incoming")] {
-        let out = Arc::new(Capture::default());
+        let out = Sink::new();
         let p = ResourceDetection::new(detected.clone(), override_existing, out.clone());
         p.consume(Payload::Encoded(Encoded::from_decoded(&Payload::Traces(req())))).await.unwrap();
-        let Payload::Traces(t) = &out.take()[0] else { panic!("traces") };
+        let Payload::Traces(t) = &decoded(&out)[0] else { panic!("traces") };
         let res = &t.resource_spans[0].resource.as_ref().unwrap().attributes;
         assert_eq!(sval(res, "k8s.pod.name").as_deref(), Some(want), "override {override_existing}");
         assert_eq!(sval(res, "k8s.node.name").as_deref(), Some("gpu-node-3"), "missing ones are added either way");
@@ -489,7 +440,7 @@ fn points_of(req: &ExportMetricsServiceRequest, name: &str) -> Vec<(Vec<KeyValue
 async fn pod_identity_reaches_golden_signals_detector_scores_and_alerts() {
     // The sidecar's detection from the Downward API environment, on spans without identity.
     let detected = detection(json!({"detectors": ["k8s_downward_api"]}), &POD_ENV);
-    let out = Arc::new(Capture::default());
+    let out = Sink::new();
     let rd = ResourceDetection::new(detected, true, out.clone());
     let pod_res = vec![kv("service.name", "vllm"), kv("service.instance.id", "i-1")];
     // Six 60 s windows of spans: steady TTFT, then a jump in the last.
@@ -500,7 +451,7 @@ async fn pod_identity_reaches_golden_signals_detector_scores_and_alerts() {
     }
     let mut llm = LlmSignalsFactory.create_arrow(ctx("llm_signals"), &json!({"window": "1m"}), Signal::Traces).unwrap();
     let mut derived: Vec<RecordBatch> = Vec::new();
-    for p in out.take() {
+    for p in decoded(&out) {
         let Payload::Traces(t) = p else { panic!("traces") };
         llm.process(&spans::to_batch(&t).unwrap(), &mut derived).unwrap();
     }
@@ -529,15 +480,14 @@ async fn pod_identity_reaches_golden_signals_detector_scores_and_alerts() {
     assert!(levels.iter().all(|(_, a)| sval(a, "k8s.pod.name").as_deref() == Some("vllm-7d9f-abcde")));
 
     // The alert says which pod.
-    let alerts_out = Arc::new(Capture::default());
+    let alerts_out = Sink::new();
     let alerts = AlertsFactory
         .create(ctx("alerts"), &json!({"for": "0s"}), Signal::Metrics, Signal::Logs, alerts_out.clone())
         .unwrap();
     for r in score_reqs {
         alerts.consume(Payload::Metrics(r)).await.unwrap();
     }
-    let records: Vec<LogRecord> = alerts_out
-        .take()
+    let records: Vec<LogRecord> = decoded(&alerts_out)
         .into_iter()
         .flat_map(|p| match p {
             Payload::Logs(l) => l

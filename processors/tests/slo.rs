@@ -2,32 +2,20 @@
 //! burn-rate rules, the embedded forecast, the source / model filters, checkpoints and config
 //! errors.
 
-use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, RecordBatch, metrics};
-use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, ProcessorFactory};
+use inferwatch_core::arrow::{ArrowProcessor, RecordBatch, metrics};
+use inferwatch_core::component::{PathSeg, ProcessorFactory};
 use inferwatch_core::pdata::Signal;
-use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::slo::SloFactory;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{
-    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
-};
-use opentelemetry_proto::tonic::resource::v1::Resource;
+use inferwatch_testkit::harness::Harness;
+use inferwatch_testkit::otlp::{gauge, kv, kvs, metrics_request, point, scope};
+use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::metrics::v1::{Metric, NumberDataPoint, metric, number_data_point};
 use serde_json::json;
-use std::sync::Arc;
 
 const S: u64 = 1_000_000_000;
 const MIN: u64 = 60 * S;
 /// A Monday 00:00 UTC, so minute and hour buckets start on the hour.
 const BASE: u64 = 1_699_833_600 * S;
-
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
-        ..Default::default()
-    }
-}
 
 /// A gauge point as llm_signals emits it: name, model, instance, source, end time, value; the
 /// window starts one minute before.
@@ -43,42 +31,23 @@ struct P {
 fn batch(points: &[P]) -> RecordBatch {
     let metrics: Vec<Metric> = points
         .iter()
-        .map(|p| Metric {
-            name: p.name.into(),
-            data: Some(metric::Data::Gauge(Gauge {
-                data_points: vec![NumberDataPoint {
-                    attributes: vec![
-                        kv("gen_ai.request.model", p.model),
-                        kv("service.version", "v1"),
-                        kv("service.instance.id", p.instance),
-                        kv("source", p.source),
-                    ],
-                    start_time_unix_nano: p.t - MIN,
-                    time_unix_nano: p.t,
-                    value: Some(number_data_point::Value::AsDouble(p.value)),
-                    ..Default::default()
-                }],
-            })),
-            ..Default::default()
+        .map(|p| {
+            let attrs = kvs(&[
+                ("gen_ai.request.model", p.model),
+                ("service.version", "v1"),
+                ("service.instance.id", p.instance),
+                ("source", p.source),
+            ]);
+            let pt = NumberDataPoint { start_time_unix_nano: p.t - MIN, ..point(attrs, p.t, p.value) };
+            gauge(p.name, "", vec![pt])
         })
         .collect();
-    let req = ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource { attributes: vec![kv("service.name", "inferwatch")], ..Default::default() }),
-            scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope { name: "inferwatch.llm_signals".into(), ..Default::default() }),
-                metrics,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    };
+    let req = metrics_request(vec![kv("service.name", "inferwatch")], scope("inferwatch.llm_signals", ""), metrics);
     metrics::to_batch(&req).unwrap()
 }
 
 fn create(cfg: serde_json::Value) -> Box<dyn ArrowProcessor> {
-    let ctx = CreateContext::new(ComponentId::parse("slo").unwrap(), Arc::new(Telemetry::new()));
-    SloFactory.create_arrow(ctx, &cfg, Signal::Metrics).unwrap()
+    Harness::create(&SloFactory, "slo", &cfg, Signal::Metrics).proc
 }
 
 /// One output point: name, attributes (string and double values as text), value.

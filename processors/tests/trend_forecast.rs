@@ -1,22 +1,16 @@
 //! `trend_forecast` driven through the ArrowProcessor trait with batches from `metrics::to_batch`, and its
 //! statistics checked against brute-force references.
 
-use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, metrics};
-use inferwatch_core::component::{ComponentId, CreateContext};
 use inferwatch_core::pdata::Signal;
-use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::detect::{BREACH_ETA, LEVEL, SCORE};
 use inferwatch_processors::trend_forecast::{TrendForecastFactory, mann_kendall, normal, theil_sen};
+use inferwatch_testkit::attrs::{pairs, resource_attrs};
+use inferwatch_testkit::harness::Harness;
+use inferwatch_testkit::otlp::{gauge, kv, metrics_request, point, scope};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{
-    Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric,
-    number_data_point,
-};
-use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::metrics::v1::{Histogram, HistogramDataPoint, Metric, metric, number_data_point};
 use proptest::prelude::*;
 use serde_json::json;
-use std::sync::Arc;
 
 const S: u64 = 1_000_000_000;
 const HOUR: u64 = 3600 * S;
@@ -49,45 +43,15 @@ impl Rng {
 
 // ---- building input and reading output ----------------------------------------------------------
 
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
-        ..Default::default()
-    }
-}
-
 /// One request: resource (service `svc`, instance `i-<instance>`), one gauge per metric name with the
 /// points (time ns, value) and point attribute `model`.
 fn request(metric_name: &str, instance: &str, points: &[(u64, f64)]) -> ExportMetricsServiceRequest {
-    let data_points = points
-        .iter()
-        .map(|&(t, v)| NumberDataPoint {
-            attributes: vec![kv("model", "m1")],
-            time_unix_nano: t,
-            value: Some(number_data_point::Value::AsDouble(v)),
-            ..Default::default()
-        })
-        .collect();
-    ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource {
-                attributes: vec![kv("service.name", "svc"), kv("service.instance.id", instance)],
-                ..Default::default()
-            }),
-            scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope { name: "sim".into(), ..Default::default() }),
-                metrics: vec![Metric {
-                    name: metric_name.into(),
-                    unit: "1".into(),
-                    data: Some(metric::Data::Gauge(Gauge { data_points })),
-                    ..Default::default()
-                }],
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        }],
-    }
+    let data_points = points.iter().map(|&(t, v)| point(vec![kv("model", "m1")], t, v)).collect();
+    metrics_request(
+        vec![kv("service.name", "svc"), kv("service.instance.id", instance)],
+        scope("sim", ""),
+        vec![gauge(metric_name, "1", data_points)],
+    )
 }
 
 /// One output point.
@@ -110,24 +74,10 @@ impl Out {
     }
 }
 
-fn text(v: Option<&AnyValue>) -> String {
-    match v.and_then(|v| v.value.as_ref()) {
-        Some(any_value::Value::StringValue(s)) => s.clone(),
-        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
-        Some(any_value::Value::IntValue(i)) => i.to_string(),
-        other => format!("{other:?}"),
-    }
-}
-
 fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Out> {
     let mut out = Vec::new();
     for rm in &req.resource_metrics {
-        let resource: Vec<(String, String)> = rm
-            .resource
-            .iter()
-            .flat_map(|r| &r.attributes)
-            .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
-            .collect();
+        let resource = pairs(resource_attrs(rm.resource.as_ref()));
         for sm in &rm.scope_metrics {
             for m in &sm.metrics {
                 let Some(metric::Data::Gauge(g)) = &m.data else { panic!("{} is not a gauge", m.name) };
@@ -139,7 +89,7 @@ fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Out> {
                         time: p.time_unix_nano,
                         value,
                         resource: resource.clone(),
-                        attrs: p.attributes.iter().map(|kv| (kv.key.clone(), text(kv.value.as_ref()))).collect(),
+                        attrs: pairs(&p.attributes),
                     });
                 }
             }
@@ -148,32 +98,21 @@ fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Out> {
     out
 }
 
-struct Harness {
-    proc: Box<dyn ArrowProcessor>,
-    telemetry: Arc<Telemetry>,
-    id: ComponentId,
+/// The kit's harness on this file's requests.
+trait Trend {
+    fn new(cfg: serde_json::Value) -> Self;
+    fn feed(&mut self, req: &ExportMetricsServiceRequest, watermark: u64) -> Vec<Out>;
 }
 
-impl Harness {
+impl Trend for Harness {
     fn new(cfg: serde_json::Value) -> Self {
-        let telemetry = Arc::new(Telemetry::new());
-        let id = ComponentId::parse("trend_forecast/test").unwrap();
-        let ctx = CreateContext::new(id.clone(), telemetry.clone());
-        let proc = TrendForecastFactory.create_arrow(ctx, &cfg, Signal::Metrics).unwrap();
-        Harness { proc, telemetry, id }
+        Harness::create(&TrendForecastFactory, "trend_forecast/test", &cfg, Signal::Metrics)
     }
 
     /// Feeds one request and advances the watermark to its newest point; returns what came out.
     fn feed(&mut self, req: &ExportMetricsServiceRequest, watermark: u64) -> Vec<Out> {
-        let mut out = Vec::new();
-        self.proc.process(&metrics::to_batch(req).unwrap(), &mut out).unwrap();
-        assert!(out.is_empty(), "outputs come only on advance");
-        self.proc.advance(watermark, &mut out).unwrap();
-        out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect()
-    }
-
-    fn evicted(&self, reason: &str) -> u64 {
-        self.telemetry.series_evicted(&self.id, reason).get()
+        assert!(self.process_metrics(req).is_empty(), "outputs come only on advance");
+        self.advance_metrics(watermark).iter().flat_map(flatten).collect()
     }
 }
 
@@ -690,12 +629,7 @@ fn trend_other_metrics_histograms_and_non_finite_values_are_ignored() {
     sm.metrics.push(other);
     sm.metrics.push(hist);
     if let Some(metric::Data::Gauge(g)) = &mut sm.metrics[0].data {
-        g.data_points.push(NumberDataPoint {
-            attributes: vec![kv("model", "m1")],
-            time_unix_nano: BASE + 3 * HOUR,
-            value: Some(number_data_point::Value::AsDouble(f64::NAN)),
-            ..Default::default()
-        });
+        g.data_points.push(point(vec![kv("model", "m1")], BASE + 3 * HOUR, f64::NAN));
     }
     let out = h.feed(&req, BASE + 12 * HOUR);
     assert_eq!(h.proc.series_count(), 1, "only kv.usage's number points");

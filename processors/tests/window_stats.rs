@@ -1,19 +1,17 @@
 //! `window_stats` driven directly through the ArrowProcessor trait with batches from `metrics::to_batch`.
 
 use arrow_array::{Array, RecordBatch, UInt64Array};
-use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, metrics, schema};
+use inferwatch_core::arrow::{ArrowProcessorFactory, metrics, schema};
 use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, ProcessorFactory};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::state::StateError;
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::window_stats::WindowStatsFactory;
+use inferwatch_testkit::harness::Harness;
+use inferwatch_testkit::otlp::{gauge, histogram, kv, metrics_request, point, scope, sum};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{
-    Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, metric,
-    number_data_point,
-};
-use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{HistogramDataPoint, NumberDataPoint, metric, number_data_point};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -21,25 +19,12 @@ const S: u64 = 1_000_000_000;
 /// A window boundary (a multiple of 60 s) in 2023.
 const BASE: u64 = 1_699_999_980 * S;
 
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
-        ..Default::default()
-    }
-}
-
 /// One input point: metric, point attribute `model`, offset from BASE (s), value.
 #[derive(Clone, Copy)]
 struct In(&'static str, &'static str, f64, f64);
 
 fn number_point(model: &str, at_s: f64, v: f64) -> NumberDataPoint {
-    NumberDataPoint {
-        attributes: vec![kv("model", model)],
-        time_unix_nano: BASE + (at_s * S as f64) as u64,
-        value: Some(number_data_point::Value::AsDouble(v)),
-        ..Default::default()
-    }
+    point(vec![kv("model", model)], BASE + (at_s * S as f64) as u64, v)
 }
 
 /// A request with one resource (service `svc`, host `h1`), one scope, and one metric per point
@@ -47,46 +32,23 @@ fn number_point(model: &str, at_s: f64, v: f64) -> NumberDataPoint {
 fn request(points: &[In]) -> ExportMetricsServiceRequest {
     let metrics = points
         .iter()
-        .map(|&In(name, model, at, v)| {
-            let data = match name {
-                "tpot" => metric::Data::Sum(Sum {
-                    data_points: vec![number_point(model, at, v)],
-                    aggregation_temporality: 2,
-                    is_monotonic: false,
-                }),
-                "hist" => metric::Data::Histogram(Histogram {
-                    data_points: vec![HistogramDataPoint {
-                        attributes: vec![kv("model", model)],
-                        time_unix_nano: BASE + (at * S as f64) as u64,
-                        count: 1,
-                        sum: Some(v),
-                        ..Default::default()
-                    }],
-                    aggregation_temporality: 2,
-                }),
-                _ => metric::Data::Gauge(Gauge { data_points: vec![number_point(model, at, v)] }),
-            };
-            Metric { name: name.into(), unit: "s".into(), data: Some(data), ..Default::default() }
+        .map(|&In(name, model, at, v)| match name {
+            "tpot" => sum(name, "s", vec![number_point(model, at, v)], false),
+            "hist" => histogram(
+                name,
+                "s",
+                vec![HistogramDataPoint {
+                    attributes: vec![kv("model", model)],
+                    time_unix_nano: BASE + (at * S as f64) as u64,
+                    count: 1,
+                    sum: Some(v),
+                    ..Default::default()
+                }],
+            ),
+            _ => gauge(name, "s", vec![number_point(model, at, v)]),
         })
         .collect();
-    ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource {
-                attributes: vec![kv("host.name", "h1"), kv("service.name", "svc")],
-                ..Default::default()
-            }),
-            scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope {
-                    name: "test.scope".into(),
-                    version: "1".into(),
-                    ..Default::default()
-                }),
-                metrics,
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        }],
-    }
+    metrics_request(vec![kv("host.name", "h1"), kv("service.name", "svc")], scope("test.scope", "1"), metrics)
 }
 
 fn batch(points: &[In]) -> RecordBatch {
@@ -99,37 +61,25 @@ fn series_id(metric: &'static str, model: &'static str) -> u64 {
     b.column_by_name(schema::SERIES_ID).unwrap().as_any().downcast_ref::<UInt64Array>().unwrap().value(0)
 }
 
-struct Harness {
-    proc: Box<dyn ArrowProcessor>,
-    telemetry: Arc<Telemetry>,
-    id: ComponentId,
+/// The kit's harness on this file's points.
+trait WindowStats {
+    fn new(cfg: serde_json::Value) -> Self;
+    fn process(&mut self, points: &[In]);
+    fn advance(&mut self, at_s: u64) -> Vec<Out>;
 }
 
-impl Harness {
+impl WindowStats for Harness {
     fn new(cfg: serde_json::Value) -> Self {
-        let telemetry = Arc::new(Telemetry::new());
-        let id = ComponentId::parse("window_stats/test").unwrap();
-        let ctx = CreateContext::new(id.clone(), telemetry.clone());
-        let proc = WindowStatsFactory.create_arrow(ctx, &cfg, Signal::Metrics).unwrap();
-        Harness { proc, telemetry, id }
+        Harness::create(&WindowStatsFactory, "window_stats/test", &cfg, Signal::Metrics)
     }
 
     fn process(&mut self, points: &[In]) {
-        let mut out = Vec::new();
-        self.proc.process(&batch(points), &mut out).unwrap();
-        assert!(out.is_empty(), "window_stats emits only on advance");
+        assert!(self.process_batch(&batch(points)).is_empty(), "window_stats emits only on advance");
     }
 
     /// Advances to BASE + `at_s` and returns the emitted points.
     fn advance(&mut self, at_s: u64) -> Vec<Out> {
-        let mut out = Vec::new();
-        self.proc.advance(BASE + at_s * S, &mut out).unwrap();
-        assert!(out.len() <= 1, "one derived batch per advance");
-        out.iter().flat_map(|b| flatten(&metrics::from_batch(b).unwrap())).collect()
-    }
-
-    fn evicted(&self, reason: &str) -> u64 {
-        self.telemetry.series_evicted(&self.id, reason).get()
+        self.advance_one(BASE + at_s * S).iter().flat_map(flatten).collect()
     }
 }
 
@@ -428,12 +378,8 @@ fn window_stats_snapshot_restore_continues_as_if_never_stopped() {
     for cut in [1, 5, 8] {
         let mut first = Harness::new(cfg.clone());
         let mut got = run(&mut first, &steps[..cut]);
-        let bytes = first.proc.snapshot().unwrap();
-        assert_eq!(first.proc.state_version(), 1);
-        let mut second = Harness::new(cfg.clone());
-        second.proc.restore(&bytes).unwrap();
-        assert_eq!(second.proc.series_count(), first.proc.series_count());
-        assert_eq!(second.proc.snapshot().unwrap(), bytes, "restore then snapshot gives the same bytes");
+        assert_eq!(first.proc.state_version(), 2, "version 2: the detector kit's series map");
+        let mut second = first.restore_into(Harness::new(cfg.clone()));
         got.extend(run(&mut second, &steps[cut..]));
         assert_eq!(got, want, "cut after step {cut}");
         assert_eq!(

@@ -1,4 +1,4 @@
-//! `zscore_skew` against a brute-force reference (the spec §2 definition recomputed from the window
+//! `zscore_skew` against a brute-force reference (the definition of docs/detectors/zscore_skew.md recomputed from the window
 //! at every point, two-pass, in f64, with the scale floors of docs/detectors/zscore_skew.md),
 //! driven through the ArrowProcessor trait with batches from `metrics::to_batch`.
 //!
@@ -6,24 +6,23 @@
 //! tiny spreads and 1e12 offsets are the hard cases); `floored_equals_the_reference` and the
 //! tests after it hold the defaults and other floors to the same reference.
 
-use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, RecordBatch, metrics};
-use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, ProcessorFactory};
+use inferwatch_core::arrow::{RecordBatch, metrics};
+use inferwatch_core::component::{PathSeg, ProcessorFactory};
 use inferwatch_core::pdata::Signal;
-use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::detect::{LEVEL, SCORE};
 use inferwatch_processors::zscore_skew::ZscoreSkewFactory;
 use inferwatch_processors::zscore_skew::window::{Path, Window};
+use inferwatch_testkit::harness::Harness;
+use inferwatch_testkit::otlp::{self, gauge, kv, metrics_request, point, scope};
+use inferwatch_testkit::rng::SplitMix64 as Rng;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::metrics::v1::{
-    Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, metric,
-    number_data_point,
+    Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
 };
-use opentelemetry_proto::tonic::resource::v1::Resource;
 use proptest::prelude::*;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 const BASE: u64 = 1_700_000_000_000_000_000;
 const METRIC: &str = "llm.ttft.p95";
@@ -51,7 +50,7 @@ struct RefFloors {
     constant_step: f64,
 }
 
-/// No floor: spec §2 as written.
+/// No floor: the definition as written.
 const SPEC: RefFloors = RefFloors { min_std: 0.0, rel: 0.0, k: 0, constant_step: 0.0 };
 /// The processor's defaults.
 const DEFAULTS: RefFloors = RefFloors { min_std: 0.0, rel: 0.05, k: 4, constant_step: 0.5 };
@@ -64,7 +63,7 @@ impl RefFloors {
 }
 
 /// Two-pass moments of `w` (shifted by its first value, so an offset like 1e12 cancels exactly
-/// before anything is squared), then z and G1 as spec §2 writes them.
+/// before anything is squared), then z and G1 as the definition writes them.
 fn reference(w: &[f64], x: f64) -> Ref {
     reference_floored(w, x, &SPEC)
 }
@@ -124,27 +123,6 @@ fn close(got: f64, want: f64, scale: f64) -> bool {
 
 // ---------------------------------------------------------------------------------------------
 // Series generators.
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        (-2.0 * self.unit().ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos()
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The kinds of series the reference is held to.
 const FAMILIES: usize = 10;
@@ -227,14 +205,6 @@ fn series(family: usize, seed: u64, len: usize) -> Vec<f64> {
 // ---------------------------------------------------------------------------------------------
 // Batches in and points out.
 
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
-        ..Default::default()
-    }
-}
-
 /// One input point: series `k` (point attribute `model = m<k>`), event time, value.
 #[derive(Debug, Clone, Copy)]
 struct In {
@@ -244,31 +214,9 @@ struct In {
 }
 
 fn request(metric: &str, points: &[In], sum: bool) -> ExportMetricsServiceRequest {
-    let dps = points
-        .iter()
-        .map(|p| NumberDataPoint {
-            attributes: vec![kv("model", &format!("m{}", p.k))],
-            time_unix_nano: p.time,
-            value: Some(number_data_point::Value::AsDouble(p.value)),
-            ..Default::default()
-        })
-        .collect();
-    let data = if sum {
-        metric::Data::Sum(Sum { data_points: dps, aggregation_temporality: 2, is_monotonic: false })
-    } else {
-        metric::Data::Gauge(Gauge { data_points: dps })
-    };
-    ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource { attributes: vec![kv("service.name", "vllm")], ..Default::default() }),
-            scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope { name: "sim".into(), version: "1".into(), ..Default::default() }),
-                metrics: vec![Metric { name: metric.into(), unit: "s".into(), data: Some(data), ..Default::default() }],
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        }],
-    }
+    let dps = points.iter().map(|p| point(vec![kv("model", &format!("m{}", p.k))], p.time, p.value)).collect();
+    let m = if sum { otlp::sum(metric, "s", dps, false) } else { gauge(metric, "s", dps) };
+    metrics_request(vec![kv("service.name", "vllm")], scope("sim", "1"), vec![m])
 }
 
 fn batch(points: &[In]) -> RecordBatch {
@@ -374,39 +322,32 @@ fn read(out: &[RecordBatch]) -> Vec<Got> {
     got
 }
 
-struct Harness {
-    proc: Box<dyn ArrowProcessor>,
-    telemetry: Arc<Telemetry>,
-    id: ComponentId,
+/// The kit's harness on this file's points.
+trait Zscore {
+    fn new(cfg: serde_json::Value) -> Self;
+    fn with(w: usize, s: usize) -> Self;
+    fn feed(&mut self, b: &RecordBatch) -> Vec<Got>;
+    fn run(&mut self, points: &[In]) -> Vec<Got>;
 }
 
-impl Harness {
+impl Zscore for Harness {
     fn new(cfg: serde_json::Value) -> Self {
-        let telemetry = Arc::new(Telemetry::new());
-        let id = ComponentId::parse("zscore_skew/test").unwrap();
-        let ctx = CreateContext::new(id.clone(), telemetry.clone());
-        let proc = ZscoreSkewFactory.create_arrow(ctx, &cfg, Signal::Metrics).unwrap();
-        Harness { proc, telemetry, id }
+        Harness::create(&ZscoreSkewFactory, "zscore_skew/test", &cfg, Signal::Metrics)
     }
 
-    /// Window `w`, step `s`, no scale floor (spec §2 exactly).
+    /// Window `w`, step `s`, no scale floor (the definition exactly).
     fn with(w: usize, s: usize) -> Self {
         Harness::new(SPEC.config(w, s))
     }
 
     fn feed(&mut self, b: &RecordBatch) -> Vec<Got> {
-        let mut out = Vec::new();
-        self.proc.process(b, &mut out).unwrap();
+        let out = self.process_batch(b);
         assert!(out.len() <= 1, "one derived batch per input batch");
         read(&out)
     }
 
     fn run(&mut self, points: &[In]) -> Vec<Got> {
         self.feed(&batch(points))
-    }
-
-    fn evicted(&self, reason: &str) -> u64 {
-        self.telemetry.series_evicted(&self.id, reason).get()
     }
 }
 

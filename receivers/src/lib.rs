@@ -1,4 +1,5 @@
-//! inferwatch receivers: components that take telemetry in from outside.
+//! inferwatch receivers: components that take telemetry in from outside — `otlp` (gRPC and
+//! HTTP), `prometheus` (scrapes), `replay` (recorded files) and `nvml` (GPU metrics).
 
 #[doc(hidden)]
 pub mod fuzzing;

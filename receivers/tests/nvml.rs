@@ -2,10 +2,8 @@
 //! creep and its peak, throttling, a device lost mid-run, the receiver without NVML on this
 //! machine, and (ignored, `-- --ignored real_gpu`) the real source on a GPU.
 
-use async_trait::async_trait;
+// The request capture (tests wait on it with a deadline) is the kit's sink.
 use inferwatch_core::component::{ComponentId, CreateContext, PathSeg, Receiver, ReceiverConsumers, ReceiverFactory};
-use inferwatch_core::consumer::{ConsumeError, Consumer};
-use inferwatch_core::pdata::Payload;
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_receivers::nvml::config::NvmlConfig;
 use inferwatch_receivers::nvml::convert::{ConvertOptions, Converter};
@@ -13,6 +11,7 @@ use inferwatch_receivers::nvml::fake::{FakeDevice, FakeSource, Script, h100_samp
 use inferwatch_receivers::nvml::names::Naming;
 use inferwatch_receivers::nvml::source::{DeviceInfo, GpuSource, XidEvent};
 use inferwatch_receivers::nvml::{NvmlReceiver, NvmlReceiverFactory, SourceOpener, nvml_opener};
+pub(crate) use inferwatch_testkit::harness::Sink as Capture;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
@@ -20,15 +19,13 @@ use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as NumV;
 use opentelemetry_proto::tonic::metrics::v1::{AggregationTemporality, Metric, NumberDataPoint};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// The sample time of the golden tests.
 const T: u64 = 1_800_000_000_000_000_000;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
-const DEADLINE: Duration = Duration::from_secs(30);
 const H100: &str = "NVIDIA H100 80GB HBM3";
 
 // ---- helpers ------------------------------------------------------------------------------
@@ -353,44 +350,6 @@ fn throttling_episode_shows_in_throttle_gauges_and_the_sm_clock() {
 
 // ---- the receiver ------------------------------------------------------------------------------
 
-/// Keeps every request; tests wait on it with a deadline.
-pub(crate) struct Capture {
-    pub(crate) reqs: Mutex<Vec<ExportMetricsServiceRequest>>,
-    pub(crate) tx: watch::Sender<usize>,
-}
-
-impl Capture {
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Capture { reqs: Mutex::new(Vec::new()), tx: watch::channel(0).0 })
-    }
-
-    async fn wait_for(&self, what: &str, pred: impl Fn(&[ExportMetricsServiceRequest]) -> bool) {
-        let mut rx = self.tx.subscribe();
-        let done = tokio::time::timeout(DEADLINE, async {
-            loop {
-                if pred(&self.reqs.lock().unwrap()) {
-                    return;
-                }
-                if rx.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await;
-        assert!(done.is_ok(), "timed out waiting for {what}");
-    }
-}
-
-#[async_trait]
-impl Consumer for Capture {
-    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        let Payload::Metrics(r) = data.into_decoded().unwrap() else { panic!("not metrics") };
-        self.reqs.lock().unwrap().push(r);
-        self.tx.send_modify(|n| *n += 1);
-        Ok(())
-    }
-}
-
 fn consumers(c: &Arc<Capture>) -> ReceiverConsumers {
     ReceiverConsumers { metrics: Some(c.clone()), ..Default::default() }
 }
@@ -434,10 +393,10 @@ async fn device_lost_mid_run_is_counted_and_the_others_go_on() {
     let stats = r.stats();
     assert_eq!(stats.available.get(), 1);
     assert_eq!(r.devices().len(), 2);
-    capture.wait_for("12 rounds", |reqs| reqs.len() >= 12).await;
+    capture.wait_metrics("12 rounds", |reqs| reqs.len() >= 12).await;
     r.shutdown().await;
 
-    let rounds = usage_by_gpu(&capture.reqs.lock().unwrap());
+    let rounds = usage_by_gpu(&capture.metrics());
     // Round k holds GPU-a's k-th sample; GPU-b is missing from rounds 3, 4, 5 exactly.
     for (k, round) in rounds.iter().enumerate() {
         let uuids: Vec<&str> = round.iter().map(|(u, _)| u.as_str()).collect();
@@ -466,9 +425,9 @@ async fn receiver_in_dcgm_mode_emits_dcgm_names_through_the_loop() {
     let mut r = NvmlReceiver::new(ctx(&telemetry), cfg, fake_opener(src));
     let capture = Capture::new();
     r.start(consumers(&capture)).await.unwrap();
-    capture.wait_for("2 rounds", |reqs| reqs.len() >= 2).await;
+    capture.wait_metrics("2 rounds", |reqs| reqs.len() >= 2).await;
     r.shutdown().await;
-    let reqs = capture.reqs.lock().unwrap();
+    let reqs = capture.metrics();
     let ms = &reqs[0].resource_metrics[0].scope_metrics[0].metrics;
     let fb = points(find(ms, "DCGM_FI_DEV_FB_USED").unwrap());
     assert_eq!(int_of(&fb[0]), 40960);
@@ -496,7 +455,7 @@ async fn without_nvml_the_receiver_starts_idle_and_says_why() {
     assert!(text.contains("set library_path"), "{text}");
     assert!(r.devices().is_empty());
     r.shutdown().await;
-    assert!(capture.reqs.lock().unwrap().is_empty(), "nothing is emitted");
+    assert!(capture.metrics().is_empty(), "nothing is emitted");
     assert_eq!(stats.samples.get(), 0);
 }
 
@@ -555,9 +514,9 @@ async fn real_gpu_samples_are_plausible() {
     let capture = Capture::new();
     r.start(consumers(&capture)).await.unwrap();
     assert_eq!(r.stats().available.get(), 1);
-    capture.wait_for("10 rounds", |reqs| reqs.len() >= 10).await;
+    capture.wait_metrics("10 rounds", |reqs| reqs.len() >= 10).await;
     r.shutdown().await;
-    let reqs = capture.reqs.lock().unwrap();
+    let reqs = capture.metrics();
     for req in reqs.iter() {
         let ms = &req.resource_metrics[0].scope_metrics[0].metrics;
         for p in points(find(ms, "hw.gpu.memory.limit").unwrap()) {

@@ -223,36 +223,30 @@ impl Drop for TempDir {
     }
 }
 
-/// Waits on nvml.rs's request capture by the points of one request.
-impl Capture {
+/// Waits on the request capture by the points of one request.
+trait PointsWait {
     /// Waits for a request whose points satisfy `pred`; returns that request's points.
+    async fn wait_for_points(&self, what: &str, pred: impl Fn(&[Pt]) -> bool) -> Vec<Pt>;
+    fn last_points(&self) -> Option<Vec<Pt>>;
+}
+
+impl PointsWait for Capture {
     async fn wait_for_points(&self, what: &str, pred: impl Fn(&[Pt]) -> bool) -> Vec<Pt> {
-        let mut rx = self.tx.subscribe();
         let mut seen = 0;
-        let found = tokio::time::timeout(DEADLINE, async {
-            loop {
-                let reqs: Vec<_> = self.reqs.lock().unwrap()[seen..].to_vec();
-                seen += reqs.len();
-                for r in reqs {
-                    let pts = flatten(&r);
-                    if pred(&pts) {
-                        return pts;
-                    }
-                }
-                if rx.changed().await.is_err() {
-                    return Vec::new();
-                }
-            }
-        })
-        .await;
-        match found {
+        let found = self.wait_for(what, |c| {
+            let reqs = c.metrics();
+            let new = reqs[seen..].iter().map(flatten).find(|pts| pred(pts));
+            seen = reqs.len();
+            new
+        });
+        match tokio::time::timeout(DEADLINE, found).await {
             Ok(p) if !p.is_empty() => p,
             _ => panic!("timed out waiting for {what}; last points: {:?}", self.last_points()),
         }
     }
 
     fn last_points(&self) -> Option<Vec<Pt>> {
-        self.reqs.lock().unwrap().last().map(flatten)
+        self.metrics().last().map(flatten)
     }
 }
 
@@ -421,8 +415,7 @@ async fn without_the_socket_cgroups_alone_attribute_and_list_is_not_called_per_s
     let p = point(&pts, "process.gpu.memory.usage", "process.pid", "2001");
     assert_eq!((p.get("k8s.pod.uid"), p.get("container.id"), p.get("k8s.pod.name")), (Some(UID_B), Some(CID_B), None));
     // 20 rounds later the socket was still tried once (at start), not once per sample.
-    let mut rx = capture.tx.subscribe();
-    tokio::time::timeout(DEADLINE, rx.wait_for(|n| *n >= 20)).await.unwrap().unwrap();
+    tokio::time::timeout(DEADLINE, capture.wait_metrics("20 requests", |r| r.len() >= 20)).await.unwrap();
     assert_eq!(missing_socket_errors(&telemetry), Some(1), "{}", telemetry.render());
     r.shutdown().await;
 }

@@ -1,21 +1,19 @@
 //! Tests of the `prometheus` receiver: golden conversions of vLLM V1, TGI and OpenMetrics
-//! expositions (fixtures built from shared/reference/llm-telemetry.md), start times and
+//! expositions (fixtures built from tests/fixtures/servers/), start times and
 //! resets, and real scrapes: of the simulator, of a fake TGI server, of targets that fail.
 
-use async_trait::async_trait;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use inferwatch_core::component::{ComponentId, CreateContext, Receiver, ReceiverConsumers, ReceiverFactory};
-use inferwatch_core::consumer::{ConsumeError, Consumer};
-use inferwatch_core::pdata::Payload;
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_receivers::prometheus::config::TargetAddr;
 use inferwatch_receivers::prometheus::convert::{Converter, SCOPE_NAME, Target, kv};
 use inferwatch_receivers::prometheus::parse::{Format, parse};
-use inferwatch_receivers::prometheus::{ACCEPT, PrometheusReceiverFactory, ScrapeError, fetch};
+use inferwatch_receivers::prometheus::{ACCEPT, PrometheusReceiverFactory, SCRAPE_FAILURES, ScrapeError, fetch};
+use inferwatch_testkit::harness::Sink as Capture;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
@@ -29,7 +27,6 @@ use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
 
 const VLLM: &str = include_str!("fixtures/vllm_v1.prom");
 const TGI: &str = include_str!("fixtures/tgi.prom");
@@ -39,8 +36,6 @@ const OPENMETRICS: &str = include_str!("fixtures/openmetrics.om");
 const T: u64 = 1_800_000_000_000_000_000;
 /// `1.7000000005e+09`, the fixture's `_created`, in nanoseconds.
 const CREATED: u64 = 1_700_000_000_500_000_000;
-/// Most a test waits for the receiver.
-const DEADLINE: Duration = Duration::from_secs(30);
 const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
 const TTFT: [f64; 22] = [
@@ -502,45 +497,6 @@ fn created_moves_with_a_restart() {
 
 // ---- the receiver -------------------------------------------------------------------------
 
-/// Keeps every request; tests wait on it with a deadline.
-struct Capture {
-    reqs: Mutex<Vec<ExportMetricsServiceRequest>>,
-    tx: watch::Sender<usize>,
-}
-
-impl Capture {
-    fn new() -> Arc<Self> {
-        Arc::new(Capture { reqs: Mutex::new(Vec::new()), tx: watch::channel(0).0 })
-    }
-
-    /// Waits until `pred` holds over everything received so far.
-    async fn wait_for(&self, what: &str, pred: impl Fn(&[ExportMetricsServiceRequest]) -> bool) {
-        let mut rx = self.tx.subscribe();
-        let done = tokio::time::timeout(DEADLINE, async {
-            loop {
-                if pred(&self.reqs.lock().unwrap()) {
-                    return;
-                }
-                if rx.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await;
-        assert!(done.is_ok(), "timed out waiting for {what}");
-    }
-}
-
-#[async_trait]
-impl Consumer for Capture {
-    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        let Payload::Metrics(r) = data.into_decoded().unwrap() else { panic!("not metrics") };
-        self.reqs.lock().unwrap().push(r);
-        self.tx.send_modify(|n| *n += 1);
-        Ok(())
-    }
-}
-
 /// The scrapes of `instance`: their metrics.
 fn scrapes_of<'a>(reqs: &'a [ExportMetricsServiceRequest], instance: &str) -> Vec<&'a [Metric]> {
     reqs.iter()
@@ -595,11 +551,11 @@ async fn scrapes_the_simulator_and_survives_a_dead_target() {
     ]}}))
     .await;
 
-    cap.wait_for("two scrapes of the simulator and three of the dead target", |reqs| {
+    cap.wait_metrics("two scrapes of the simulator and three of the dead target", |reqs| {
         good_scrapes(reqs, &sim_addr).len() >= 2 && scrapes_of(reqs, &dead).len() >= 3
     })
     .await;
-    let reqs = cap.reqs.lock().unwrap().clone();
+    let reqs = cap.metrics();
     let sim_scrapes = good_scrapes(&reqs, &sim_addr);
     let ms = sim_scrapes[1];
     let samples = num(&gauge(find(ms, "scrape_samples_scraped")).data_points[0]);
@@ -626,15 +582,15 @@ async fn scrapes_the_simulator_and_survives_a_dead_target() {
         assert_eq!(up(ms), 0.0);
         assert_eq!(names(ms), HEALTH);
     }
-    assert!(telemetry.scrape_failures("dead", &dead, "unreachable").get() >= 3);
-    assert_eq!(telemetry.scrape_failures("vllm", &sim_addr, "unreachable").get(), 0);
+    assert!(SCRAPE_FAILURES.get(&telemetry, ["dead", &dead, "unreachable"]).get() >= 3);
+    assert_eq!(SCRAPE_FAILURES.get(&telemetry, ["vllm", &sim_addr, "unreachable"]).get(), 0);
 
     let stopped = tokio::time::timeout(Duration::from_secs(5), r.shutdown()).await;
     assert!(stopped.is_ok(), "shutdown is prompt");
-    let n = cap.reqs.lock().unwrap().len();
+    let n = cap.metrics().len();
     // Give a stopped loop the chance to misbehave: a scrape of the dead target is due within 100 ms.
-    tokio::time::timeout(Duration::from_millis(300), cap.wait_for("nothing", |r| r.len() > n)).await.ok();
-    assert_eq!(cap.reqs.lock().unwrap().len(), n, "no scrape after shutdown");
+    tokio::time::timeout(Duration::from_millis(300), cap.wait_metrics("nothing", |r| r.len() > n)).await.ok();
+    assert_eq!(cap.metrics().len(), n, "no scrape after shutdown");
     sim.shutdown().await;
 }
 
@@ -679,12 +635,12 @@ async fn health_series_carry_their_targets_labels() {
          "static_configs": [{"targets": [dead], "labels": {"env": "dev"}}]},
     ]}}))
     .await;
-    cap.wait_for("two scrapes of each target", |reqs| {
+    cap.wait_metrics("two scrapes of each target", |reqs| {
         good_scrapes(reqs, &addr).len() >= 2 && scrapes_of(reqs, &dead).len() >= 2
     })
     .await;
     r.shutdown().await;
-    let reqs = cap.reqs.lock().unwrap().clone();
+    let reqs = cap.metrics();
     let job_of = |instance: &str| -> Vec<String> {
         reqs.iter()
             .flat_map(|r| &r.resource_metrics)
@@ -731,9 +687,9 @@ async fn proxy_url_carries_the_scrapes() {
         "scrape_interval": "250ms", "proxy_url": format!("http://{proxy_addr}"), "no_proxy": "10.0.0.0/8",
         "static_configs": [{"targets": [target]}]}]}}))
     .await;
-    cap.wait_for("a scrape through the proxy", |reqs| !good_scrapes(reqs, &target).is_empty()).await;
+    cap.wait_metrics("a scrape through the proxy", |reqs| !good_scrapes(reqs, &target).is_empty()).await;
     r.shutdown().await;
-    let reqs = cap.reqs.lock().unwrap().clone();
+    let reqs = cap.metrics();
     assert_eq!(num(&gauge(find(good_scrapes(&reqs, &target)[0], "through_proxy")).data_points[0]), 1.0);
 }
 
@@ -790,9 +746,9 @@ async fn tgi_targets_get_their_model_from_info() {
         "scrape_interval": "250ms", "params": {"format": ["prometheus"]},
         "static_configs": [{"targets": [addr]}]}]}}))
     .await;
-    cap.wait_for("three scrapes", |reqs| good_scrapes(reqs, &addr).len() >= 3).await;
+    cap.wait_metrics("three scrapes", |reqs| good_scrapes(reqs, &addr).len() >= 3).await;
     r.shutdown().await;
-    let reqs = cap.reqs.lock().unwrap().clone();
+    let reqs = cap.metrics();
     for ms in good_scrapes(&reqs, &addr) {
         let p = &sum(find(ms, "tgi_request_count")).data_points[0];
         assert_eq!(attr(&p.attributes, "model_name"), Some("bigscience/bloom-560m"));
@@ -815,9 +771,9 @@ async fn configured_tgi_model_wins() {
     let (mut r, cap, _) = start_receiver(json!({"config": {"scrape_configs": [{"job_name": "tgi",
         "scrape_interval": "250ms", "static_configs": [{"targets": [addr]}]}]}, "tgi": {"model": "my-model"}}))
     .await;
-    cap.wait_for("two scrapes", |reqs| good_scrapes(reqs, &addr).len() >= 2).await;
+    cap.wait_metrics("two scrapes", |reqs| good_scrapes(reqs, &addr).len() >= 2).await;
     r.shutdown().await;
-    let reqs = cap.reqs.lock().unwrap().clone();
+    let reqs = cap.metrics();
     let ms = good_scrapes(&reqs, &addr)[1];
     let p = &sum(find(ms, "tgi_request_success")).data_points[0];
     assert_eq!(attr(&p.attributes, "model_name"), Some("my-model"));
@@ -832,19 +788,19 @@ async fn failures_are_counted_by_reason_and_scraping_goes_on() {
     let (mut r, cap, telemetry) = start_receiver(json!({"config": {"scrape_configs": [{"job_name": "j",
         "scrape_interval": "250ms", "static_configs": [{"targets": [addr]}]}]}}))
     .await;
-    let failures = |reason: &str| telemetry.scrape_failures("j", &addr, reason).get();
-    cap.wait_for("an HTTP 500", |_| failures("http_status") >= 1).await;
+    let failures = |reason: &str| SCRAPE_FAILURES.get(&telemetry, ["j", &addr, reason]).get();
+    cap.wait_metrics("an HTTP 500", |_| failures("http_status") >= 1).await;
 
     *fake.answer.lock().unwrap() = text_answer("ok 1\nbroken{ 2\n");
-    cap.wait_for("a parse failure", |_| failures("parse") >= 1).await;
+    cap.wait_metrics("a parse failure", |_| failures("parse") >= 1).await;
 
     *fake.answer.lock().unwrap() = text_answer("# TYPE c_total counter\nc_total 3\n");
-    cap.wait_for("a good scrape after the failures", |reqs| {
+    cap.wait_metrics("a good scrape after the failures", |reqs| {
         scrapes_of(reqs, &addr).last().is_some_and(|ms| up(ms) == 1.0)
     })
     .await;
     r.shutdown().await;
-    let reqs = cap.reqs.lock().unwrap().clone();
+    let reqs = cap.metrics();
     let scrapes = scrapes_of(&reqs, &addr);
     assert!(scrapes.iter().any(|ms| up(ms) == 0.0));
     let last = scrapes.last().unwrap();

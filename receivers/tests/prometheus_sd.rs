@@ -7,7 +7,6 @@
 //! cluster. File and HTTP discovery, target_limit, the loop count as targets come and go, and
 //! config errors are tested here too.
 
-use async_trait::async_trait;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Query, State};
@@ -15,12 +14,10 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use inferwatch_core::component::{ComponentId, CreateContext, Receiver, ReceiverConsumers};
-use inferwatch_core::consumer::{ConsumeError, Consumer};
-use inferwatch_core::pdata::Payload;
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_receivers::prometheus::PrometheusReceiver;
 use inferwatch_receivers::prometheus::config::PrometheusConfig;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use inferwatch_testkit::harness::Sink;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
 use serde_json::json;
 use std::collections::HashMap;
@@ -39,25 +36,18 @@ const SERVICE_LIST: &str = include_str!("fixtures/k8s_service_list.json");
 const SERVICE_WATCH: &str = include_str!("fixtures/k8s_service_watch.jsonl");
 const DEADLINE: Duration = Duration::from_secs(10);
 
-#[derive(Default)]
-struct Capture {
-    reqs: Mutex<Vec<ExportMetricsServiceRequest>>,
+/// What the scrapes forwarded, read from the request capture.
+trait Seen {
+    fn points(&self) -> Vec<(String, HashMap<String, String>)>;
+    fn gauges_of(&self, instance: &str) -> Vec<(String, HashMap<String, String>, f64)>;
+    fn resources(&self) -> Vec<HashMap<String, String>>;
 }
 
-#[async_trait]
-impl Consumer for Capture {
-    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        let Payload::Metrics(r) = data.into_decoded().unwrap() else { panic!("not metrics") };
-        self.reqs.lock().unwrap().push(r);
-        Ok(())
-    }
-}
-
-impl Capture {
+impl Seen for Sink {
     /// (metric name, point attributes) of every point of every request so far.
     fn points(&self) -> Vec<(String, HashMap<String, String>)> {
         let mut out = Vec::new();
-        for r in self.reqs.lock().unwrap().iter() {
+        for r in self.metrics().iter() {
             for m in r.resource_metrics.iter().flat_map(|rm| &rm.scope_metrics).flat_map(|sm| &sm.metrics) {
                 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
                 let attrs: Vec<_> = match &m.data {
@@ -86,7 +76,7 @@ impl Capture {
         use opentelemetry_proto::tonic::metrics::v1::metric::Data;
         use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as NumV;
         let mut out = Vec::new();
-        for rm in self.reqs.lock().unwrap().iter().flat_map(|r| &r.resource_metrics) {
+        for rm in self.metrics().iter().flat_map(|r| &r.resource_metrics) {
             let res = rm.resource.iter().flat_map(|r| &r.attributes);
             let of = |key: &str| {
                 res.clone().find(|kv| kv.key == key).and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
@@ -122,9 +112,7 @@ impl Capture {
     }
 
     fn resources(&self) -> Vec<HashMap<String, String>> {
-        self.reqs
-            .lock()
-            .unwrap()
+        self.metrics()
             .iter()
             .flat_map(|r| &r.resource_metrics)
             .map(|rm| {
@@ -149,11 +137,11 @@ async fn until(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
-async fn start(cfg: serde_json::Value) -> (PrometheusReceiver, Arc<Capture>, Arc<Telemetry>) {
+async fn start(cfg: serde_json::Value) -> (PrometheusReceiver, Arc<Sink>, Arc<Telemetry>) {
     let telemetry = Arc::new(Telemetry::new());
     let ctx = CreateContext::new(ComponentId::parse("prometheus").unwrap(), telemetry.clone());
     let mut r = PrometheusReceiver::new(ctx, PrometheusConfig::from_value(&cfg).unwrap()).unwrap();
-    let cap = Arc::new(Capture::default());
+    let cap = Sink::new();
     r.start(ReceiverConsumers { metrics: Some(cap.clone()), ..Default::default() }).await.unwrap();
     (r, cap, telemetry)
 }
@@ -552,7 +540,7 @@ async fn in_cluster_without_the_environment_is_refused_at_start() {
     let cfg = json!({"config": {"scrape_configs": [{"job_name": "k", "kubernetes_sd_configs": [{"role": "pod"}]}]}});
     let ctx = CreateContext::new(ComponentId::parse("prometheus").unwrap(), Arc::new(Telemetry::new()));
     let mut r = PrometheusReceiver::new(ctx, PrometheusConfig::from_value(&cfg).unwrap()).unwrap();
-    let cap = Arc::new(Capture::default());
+    let cap = Sink::new();
     let e = r.start(ReceiverConsumers { metrics: Some(cap), ..Default::default() }).await.unwrap_err();
     assert!(e.to_string().contains("KUBERNETES_SERVICE_HOST"), "{e}");
 }

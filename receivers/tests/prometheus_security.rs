@@ -1,14 +1,11 @@
 //! Scrape safety of the prometheus receiver: TLS with a test CA, credentials, redirects, and
 //! the sample / label / body limits (each refusal counted by reason, nothing forwarded).
 
-use async_trait::async_trait;
 use base64::Engine;
 use inferwatch_core::component::{ComponentId, CreateContext, Receiver, ReceiverConsumers, ReceiverFactory};
-use inferwatch_core::consumer::{ConsumeError, Consumer};
-use inferwatch_core::pdata::Payload;
 use inferwatch_core::telemetry::Telemetry;
-use inferwatch_receivers::prometheus::PrometheusReceiverFactory;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use inferwatch_receivers::prometheus::{PrometheusReceiverFactory, SCRAPE_FAILURES};
+use inferwatch_testkit::harness::Sink;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,32 +13,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
-/// Keeps every request the receiver forwards.
-#[derive(Default)]
-struct Capture {
-    reqs: Mutex<Vec<ExportMetricsServiceRequest>>,
-}
-
-#[async_trait]
-impl Consumer for Capture {
-    async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
-        let Payload::Metrics(r) = data.into_decoded().unwrap() else { panic!("not metrics") };
-        self.reqs.lock().unwrap().push(r);
-        Ok(())
-    }
-}
-
-impl Capture {
-    /// Names of every metric forwarded so far.
-    fn names(&self) -> Vec<String> {
-        let reqs = self.reqs.lock().unwrap();
-        reqs.iter()
-            .flat_map(|r| &r.resource_metrics)
-            .flat_map(|rm| &rm.scope_metrics)
-            .flat_map(|sm| &sm.metrics)
-            .map(|m| m.name.clone())
-            .collect()
-    }
+/// Names of every metric forwarded so far.
+fn names(cap: &Sink) -> Vec<String> {
+    cap.metrics()
+        .iter()
+        .flat_map(|r| &r.resource_metrics)
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+        .map(|m| m.name.clone())
+        .collect()
 }
 
 /// Polls `cond` until it holds or the deadline passes.
@@ -110,13 +90,13 @@ fn redirect(to: &str) -> String {
     format!("HTTP/1.1 302 Found\r\nlocation: {to}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
 }
 
-async fn start(cfg: serde_json::Value) -> (Box<dyn Receiver>, Arc<Capture>, Arc<Telemetry>) {
+async fn start(cfg: serde_json::Value) -> (Box<dyn Receiver>, Arc<Sink>, Arc<Telemetry>) {
     let telemetry = Arc::new(Telemetry::new());
     let ctx = CreateContext::new(ComponentId::parse("prometheus").unwrap(), telemetry.clone());
     let f = PrometheusReceiverFactory;
     f.validate(&cfg).unwrap();
     let mut r = f.create(ctx, &cfg).unwrap();
-    let cap = Arc::new(Capture::default());
+    let cap = Sink::new();
     r.start(ReceiverConsumers { metrics: Some(cap.clone()), ..Default::default() }).await.unwrap();
     (r, cap, telemetry)
 }
@@ -189,10 +169,10 @@ async fn https_with_a_test_ca_and_bearer_credentials() {
         "authorization": {"credentials": "s3cret"}}),
     ))
     .await;
-    until("a TLS scrape", || cap.names().iter().any(|n| n == "up_tls")).await;
+    until("a TLS scrape", || names(&cap).iter().any(|n| n == "up_tls")).await;
     r.shutdown().await;
     assert!(seen.lock().unwrap().iter().all(|h| h.contains("\r\nauthorization: bearer s3cret\r\n")), "{seen:?}");
-    assert_eq!(telemetry.scrape_failures("j", &addr, "unreachable").get(), 0);
+    assert_eq!(SCRAPE_FAILURES.get(&telemetry, ["j", &addr, "unreachable"]).get(), 0);
 
     // A certificate that does not name the expected server is refused: the handshake fails.
     let (mut r, cap, telemetry) = start(job(
@@ -201,9 +181,9 @@ async fn https_with_a_test_ca_and_bearer_credentials() {
         "tls_config": {"ca_file": pki.ca_file(), "server_name": "not-the-host.example"}}),
     ))
     .await;
-    until("a refused certificate", || telemetry.scrape_failures("j", &addr, "unreachable").get() >= 1).await;
+    until("a refused certificate", || SCRAPE_FAILURES.get(&telemetry, ["j", &addr, "unreachable"]).get() >= 1).await;
     r.shutdown().await;
-    assert!(!cap.names().iter().any(|n| n == "up_tls"));
+    assert!(!names(&cap).iter().any(|n| n == "up_tls"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,7 +197,7 @@ async fn basic_auth_with_a_password_file_and_bearer_token() {
     let (mut r, cap, _) =
         start(job(&addr, json!({"basic_auth": {"username": "agent", "password_file": pw.display().to_string()}})))
             .await;
-    until("a scrape", || cap.names().iter().any(|n| n == "m")).await;
+    until("a scrape", || names(&cap).iter().any(|n| n == "m")).await;
     r.shutdown().await;
     let want = format!(
         "\r\nauthorization: basic {}\r\n",
@@ -227,7 +207,7 @@ async fn basic_auth_with_a_password_file_and_bearer_token() {
 
     seen.lock().unwrap().clear();
     let (mut r, cap, _) = start(job(&addr, json!({"bearer_token": "legacy"}))).await;
-    until("a scrape", || cap.names().iter().any(|n| n == "m")).await;
+    until("a scrape", || names(&cap).iter().any(|n| n == "m")).await;
     r.shutdown().await;
     assert!(seen.lock().unwrap()[0].contains("\r\nauthorization: bearer legacy\r\n"));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -254,18 +234,18 @@ async fn redirects_follow_only_when_allowed_and_only_to_http() {
     .await;
     // Default: followed.
     let (mut r, cap, _) = start(job(&addr, json!({}))).await;
-    until("a scrape through the redirect", || cap.names().iter().any(|n| n == "moved_here")).await;
+    until("a scrape through the redirect", || names(&cap).iter().any(|n| n == "moved_here")).await;
     r.shutdown().await;
 
     let (mut r, cap, telemetry) = start(job(&addr, json!({"follow_redirects": false}))).await;
-    until("a refused redirect", || telemetry.scrape_failures("j", &addr, "redirect").get() >= 1).await;
+    until("a refused redirect", || SCRAPE_FAILURES.get(&telemetry, ["j", &addr, "redirect"]).get() >= 1).await;
     r.shutdown().await;
-    assert!(!cap.names().iter().any(|n| n == "moved_here"), "nothing scraped through a refused redirect");
+    assert!(!names(&cap).iter().any(|n| n == "moved_here"), "nothing scraped through a refused redirect");
 
     let (mut r, cap, telemetry) = start(job(&addr, json!({"metrics_path": "/ftp/metrics"}))).await;
-    until("a refused ftp redirect", || telemetry.scrape_failures("j", &addr, "redirect").get() >= 1).await;
+    until("a refused ftp redirect", || SCRAPE_FAILURES.get(&telemetry, ["j", &addr, "redirect"]).get() >= 1).await;
     r.shutdown().await;
-    assert!(cap.names().iter().all(|n| n.starts_with("up") || n.starts_with("scrape_")), "{:?}", cap.names());
+    assert!(names(&cap).iter().all(|n| n.starts_with("up") || n.starts_with("scrape_")), "{:?}", names(&cap));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,9 +264,9 @@ async fn limits_refuse_the_whole_scrape_and_are_counted() {
     ];
     for (extra, reason) in cases {
         let (mut r, cap, telemetry) = start(job(&addr, extra.clone())).await;
-        until(reason, || telemetry.scrape_failures("j", &addr, reason).get() >= 1).await;
+        until(reason, || SCRAPE_FAILURES.get(&telemetry, ["j", &addr, reason]).get() >= 1).await;
         r.shutdown().await;
-        let names = cap.names();
+        let names = names(&cap);
         assert!(!names.iter().any(|n| n == "a" || n == "b" || n == "pad"), "{extra}: forwarded {names:?}");
     }
     // Under the limits the same page goes through.
@@ -296,7 +276,7 @@ async fn limits_refuse_the_whole_scrape_and_are_counted() {
         "label_value_length_limit": 300, "body_size_limit": "1MiB"}),
     ))
     .await;
-    until("a good scrape", || cap.names().iter().any(|n| n == "b")).await;
+    until("a good scrape", || names(&cap).iter().any(|n| n == "b")).await;
     r.shutdown().await;
 }
 

@@ -5,11 +5,11 @@ use async_trait::async_trait;
 use inferwatch_core::arrow::payload_to_batch;
 use inferwatch_core::component::{ComponentId, CreateContext, Receiver, ReceiverConsumers, ReceiverFactory};
 use inferwatch_core::consumer::{ConsumeError, Consumer, RefuseReason};
-use inferwatch_core::host::{Host, ReplayControl};
+use inferwatch_core::host::{Host, RunValues};
 use inferwatch_core::pdata::{Payload, Signal};
 use inferwatch_core::state::{StateRegistry, Store};
 use inferwatch_core::telemetry::Telemetry;
-use inferwatch_receivers::replay::ReplayReceiverFactory;
+use inferwatch_receivers::replay::{REPLAY_ITEMS, ReplayControl, ReplayReceiverFactory};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
@@ -226,7 +226,7 @@ fn all_to(c: &Arc<Recorder>) -> ReceiverConsumers {
 fn host(inputs: Vec<PathBuf>, state: Arc<StateRegistry>) -> Arc<Host> {
     Arc::new(Host {
         state,
-        replay: Some(Arc::new(ReplayControl { inputs, speed: None, progress: Default::default() })),
+        run: RunValues::default().with(Arc::new(ReplayControl { inputs, speed: None, progress: Default::default() })),
         ..Default::default()
     })
 }
@@ -242,14 +242,14 @@ async fn replay_all(host: &Arc<Host>, consumers: ReceiverConsumers, cfg: serde_j
     let telemetry = Arc::new(Telemetry::new());
     let mut r = receiver(host, &telemetry, cfg);
     r.start(consumers).await.unwrap();
-    let control = host.replay.clone().unwrap();
+    let control = host.run.get_arc::<ReplayControl>().unwrap();
     tokio::time::timeout(Duration::from_secs(30), control.progress.wait_finished()).await.expect("replay finishes");
     r.shutdown().await;
     telemetry
 }
 
 fn progress(host: &Host) -> [u64; 6] {
-    let p = &host.replay.as_ref().unwrap().progress;
+    let p = &host.run.get::<ReplayControl>().unwrap().progress;
     [
         p.files_total.load(Ordering::SeqCst),
         p.files_done.load(Ordering::SeqCst),
@@ -293,9 +293,9 @@ async fn json_lines_are_fed_in_time_order_across_files_and_directories() {
     assert_eq!((files, done, items, failed), (3, 3, 7, 0));
     assert!(total > 0 && done_bytes == total, "{done_bytes} of {total} bytes");
     let id = ComponentId::parse("replay").unwrap();
-    assert_eq!(telemetry.replay_items(&id, Signal::Traces).get(), 3);
-    assert_eq!(telemetry.replay_items(&id, Signal::Metrics).get(), 3);
-    assert_eq!(telemetry.replay_items(&id, Signal::Logs).get(), 1);
+    assert_eq!(REPLAY_ITEMS.get(&telemetry, [&id.to_string(), Signal::Traces.as_str()]).get(), 3);
+    assert_eq!(REPLAY_ITEMS.get(&telemetry, [&id.to_string(), Signal::Metrics.as_str()]).get(), 3);
+    assert_eq!(REPLAY_ITEMS.get(&telemetry, [&id.to_string(), Signal::Logs.as_str()]).get(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -360,7 +360,7 @@ async fn resume_after_checkpoint(
         let mut r = receiver(&h, &telemetry, cfg.clone());
         state.attach(Arc::new(Store::open(&store_dir).unwrap())).unwrap();
         r.start(all_to(&rec)).await.unwrap();
-        h.replay.as_ref().unwrap().progress.wait_finished().await;
+        h.run.get::<ReplayControl>().unwrap().progress.wait_finished().await;
         r.shutdown().await;
         assert!(checkpointed.lock().unwrap().is_some(), "the checkpoint was taken");
         let chunks = rec.chunks.lock().unwrap();
@@ -380,7 +380,7 @@ async fn resume_after_checkpoint(
     let mut r = receiver(&h, &telemetry, cfg);
     assert_eq!(state.attach(Arc::new(Store::open(&store_dir).unwrap())).unwrap(), 1, "position restored");
     r.start(all_to(&rec)).await.unwrap();
-    h.replay.as_ref().unwrap().progress.wait_finished().await;
+    h.run.get::<ReplayControl>().unwrap().progress.wait_finished().await;
     r.shutdown().await;
     let after = rec.items();
     let _ = std::fs::remove_dir_all(&dir);
@@ -478,7 +478,7 @@ async fn bad_input_and_permanent_rejections_are_counted_and_skipped() {
     // Bad lines: 3 (one each); corrupt files: 1 each; rejected: 2 spans.
     assert_eq!((files, done, items, failed), (4, 4, 2, 3 + 2 + 2));
     let id = ComponentId::parse("replay").unwrap();
-    assert_eq!(telemetry.replay_items(&id, Signal::Traces).get(), 2);
+    assert_eq!(REPLAY_ITEMS.get(&telemetry, [&id.to_string(), Signal::Traces.as_str()]).get(), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -573,7 +573,7 @@ async fn speed_paces_chunks_by_their_event_times() {
     let state = StateRegistry::new();
     let h = Arc::new(Host {
         state,
-        replay: Some(Arc::new(ReplayControl {
+        run: RunValues::default().with(Arc::new(ReplayControl {
             inputs: vec![dir.clone()],
             speed: Some(5.0),
             progress: Default::default(),

@@ -1,4 +1,4 @@
-//! Degradation faults: every mode of shared/spec/signals-and-detectors.md §10, as changes to
+//! Degradation faults: every mode of scenarios/README.md (Faults), as changes to
 //! the engine's cost model, KV allocator and scheduler.
 //!
 //! A [`FaultSet`] is plain serde data (JSON for `POST /admin/faults`, YAML in scenarios):
@@ -57,7 +57,7 @@ fn d_zero() -> SimDuration {
 /// Every step takes `1 + (strength − 1) · exp(−(t − onset) / warmup)` times as long
 /// (CUDA graphs not captured, allocator and kernels cold), and the prefix cache is emptied
 /// at `onset` (a restarted process). Moves TTFT, e2e and TPOT of the
-/// requests in the first minutes after `onset` up by about `strength` (§10: 3–4×), decaying
+/// requests in the first minutes after `onset` up by about `strength` (the study: 3–4×), decaying
 /// back to the baseline; nothing before `onset` changes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -124,7 +124,7 @@ impl ContextCollapse {
 /// With `n` running sequences above `knee`, a step takes `1 + strength · (n − knee) / knee`
 /// times as long, so aggregate tokens/s falls as concurrency rises past the knee, and the
 /// reported GPU utilisation is multiplied by `1 − util_drop · min(1, strength · (n − knee) / knee)`
-/// (§10: ~22 % lower). Moves aggregate TPS down and TPOT / e2e up at high load only.
+/// (the study: ~22 % lower). Moves aggregate TPS down and TPOT / e2e up at high load only.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchSaturation {
@@ -199,7 +199,7 @@ impl KvPressure {
 /// From `onset`, in every `period` the first `strength · period` seconds admit nothing from
 /// the waiting queue; running requests keep decoding. Requests arriving in a stall wait for
 /// its end, so queue time p99 ≈ `strength · period` (defaults 0.5 · 4 s: about 2 s, above
-/// the 800 ms rule of §6) and `vllm:num_requests_waiting` spikes. Throughput barely moves.
+/// the 800 ms rule of docs/llm-signals.md) and `vllm:num_requests_waiting` spikes. Throughput barely moves.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueBlocking {

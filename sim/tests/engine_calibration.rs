@@ -1,5 +1,5 @@
 //! Calibration: the built-in GPU profiles reproduce the study's Llama-3-8B FP16 table
-//! (shared/spec/bench-and-sim.md) within 10 %, measured with the study's method.
+//! (scenarios/README.md, Engine calibration) within 10 %, measured with the study's method.
 
 use inferwatch_sim::engine::{Engine, EngineConfig, EngineEvent, RequestRecord, RequestSpec};
 

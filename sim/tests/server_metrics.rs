@@ -1,4 +1,4 @@
-//! `/metrics` against the table of shared/reference/llm-telemetry.md §2 (names, types,
+//! `/metrics` against vLLM's metric table (tests/fixtures/servers/vllm-*.metrics.json; names, types,
 //! labels, buckets), its values against the requests served, and `promtool check metrics`.
 
 use crate::support;
@@ -190,29 +190,12 @@ async fn metrics_match_the_reference_table_and_the_traffic() {
     server.shutdown().await;
 }
 
-/// `promtool check metrics` (Debian package `prometheus`) must parse the exposition; its only
-/// lint complaints may be the ones real vLLM output gets too (colons in names, and
-/// `vllm:iteration_tokens_total` being a histogram with a `_total` name).
+/// `promtool check metrics` must parse the exposition; its only lint complaints may be the ones
+/// real vLLM output gets too (colons in names, and `vllm:iteration_tokens_total` being a
+/// histogram with a `_total` name).
 fn promtool_accepts(text: &str) {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let Ok(mut child) = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    else {
-        eprintln!("promtool not found; skipping `promtool check metrics` (apt-get install prometheus)");
-        return;
-    };
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_ne!(out.status.code(), Some(1), "promtool could not parse /metrics:\n{report}");
-    for line in report.lines().filter(|l| !l.trim().is_empty()) {
-        let known = line.ends_with("metric names should not contain ':'")
-            || line == "vllm:iteration_tokens_total non-counter metrics should not have \"_total\" suffix";
-        assert!(known, "unexpected promtool finding: {line}");
-    }
+    support::promtool_accepts(text, |line| {
+        line.ends_with("metric names should not contain ':'")
+            || line == "vllm:iteration_tokens_total non-counter metrics should not have \"_total\" suffix"
+    });
 }

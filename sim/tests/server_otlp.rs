@@ -3,150 +3,22 @@
 
 use crate::support;
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
-    MetricsService, MetricsServiceServer,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use inferwatch_testkit::attrs::{attr, f64_of, int_attr, str_attr};
+use inferwatch_testkit::capture;
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};
 use serde_json::{Value, json};
 use support::*;
-use tonic::{Request, Response, Status};
 
-#[derive(Debug, Default)]
-struct Captured {
-    traces: Mutex<Vec<ExportTraceServiceRequest>>,
-    metrics: Mutex<Vec<ExportMetricsServiceRequest>>,
-}
-
-#[derive(Clone)]
-struct Svc(Arc<Captured>);
-
-#[tonic::async_trait]
-impl TraceService for Svc {
-    async fn export(
-        &self,
-        req: Request<ExportTraceServiceRequest>,
-    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        self.0.traces.lock().unwrap().push(req.into_inner());
-        Ok(Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-#[tonic::async_trait]
-impl MetricsService for Svc {
-    async fn export(
-        &self,
-        req: Request<ExportMetricsServiceRequest>,
-    ) -> Result<Response<ExportMetricsServiceResponse>, Status> {
-        self.0.metrics.lock().unwrap().push(req.into_inner());
-        Ok(Response::new(ExportMetricsServiceResponse::default()))
-    }
-}
-
-async fn grpc_capture() -> (SocketAddr, Arc<Captured>) {
-    let captured = Arc::new(Captured::default());
-    let svc = Svc(captured.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(svc.clone()))
-            .add_service(MetricsServiceServer::new(svc))
-            .serve_with_incoming(incoming)
-            .await;
-    });
-    (addr, captured)
-}
-
-async fn http_capture() -> (SocketAddr, Arc<Captured>) {
-    use axum::body::Bytes;
-    use axum::extract::State;
-    use prost::Message;
-    async fn traces(State(c): State<Arc<Captured>>, b: Bytes) -> Vec<u8> {
-        c.traces.lock().unwrap().push(ExportTraceServiceRequest::decode(&b[..]).unwrap());
-        ExportTraceServiceResponse::default().encode_to_vec()
-    }
-    let captured = Arc::new(Captured::default());
-    let app = axum::Router::new().route("/v1/traces", axum::routing::post(traces)).with_state(captured.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (addr, captured)
-}
-
-fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
-    attrs.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()).and_then(|v| v.value.as_ref())
-}
-
-fn f64_attr(s: &Span, key: &str) -> f64 {
-    match attr(&s.attributes, key) {
-        Some(any_value::Value::DoubleValue(v)) => *v,
-        other => panic!("{key}: expected a double, got {other:?}"),
-    }
-}
-
-fn int_attr(s: &Span, key: &str) -> Option<i64> {
-    match attr(&s.attributes, key) {
-        Some(any_value::Value::IntValue(v)) => Some(*v),
-        None => None,
-        other => panic!("{key}: expected an int, got {other:?}"),
-    }
-}
-
-fn str_attr<'a>(s: &'a Span, key: &str) -> Option<&'a str> {
-    match attr(&s.attributes, key) {
-        Some(any_value::Value::StringValue(v)) => Some(v.as_str()),
-        None => None,
-        other => panic!("{key}: expected a string, got {other:?}"),
-    }
-}
-
-/// All spans received so far, with their resource attributes and scope name.
-fn spans(c: &Captured) -> Vec<(Vec<KeyValue>, String, Span)> {
-    let mut out = Vec::new();
-    for req in c.traces.lock().unwrap().iter() {
-        for rs in &req.resource_spans {
-            let res = rs.resource.clone().unwrap_or_default().attributes;
-            for ss in &rs.scope_spans {
-                let scope = ss.scope.clone().unwrap_or_default().name;
-                for s in &ss.spans {
-                    out.push((res.clone(), scope.clone(), s.clone()));
-                }
-            }
-        }
-    }
-    out
-}
-
-async fn wait_spans(c: &Arc<Captured>, n: usize) -> Vec<(Vec<KeyValue>, String, Span)> {
-    poll(&format!("{n} spans"), || {
-        let c = c.clone();
-        async move {
-            let s = spans(&c);
-            (s.len() >= n).then_some(s)
-        }
-    })
-    .await
-}
-
-/// The phase attributes add up as vLLM V1 defines them (llm-telemetry.md §1.3, §2.8).
+/// The phase attributes add up as vLLM V1 defines them.
 fn check_timings(s: &Span) {
-    let ttft = f64_attr(s, "gen_ai.latency.time_to_first_token");
-    let e2e = f64_attr(s, "gen_ai.latency.e2e");
-    let queue = f64_attr(s, "gen_ai.latency.time_in_queue");
-    let prefill = f64_attr(s, "gen_ai.latency.time_in_model_prefill");
-    let decode = f64_attr(s, "gen_ai.latency.time_in_model_decode");
-    let inference = f64_attr(s, "gen_ai.latency.time_in_model_inference");
+    let ttft = f64_of(&s.attributes, "gen_ai.latency.time_to_first_token");
+    let e2e = f64_of(&s.attributes, "gen_ai.latency.e2e");
+    let queue = f64_of(&s.attributes, "gen_ai.latency.time_in_queue");
+    let prefill = f64_of(&s.attributes, "gen_ai.latency.time_in_model_prefill");
+    let decode = f64_of(&s.attributes, "gen_ai.latency.time_in_model_decode");
+    let inference = f64_of(&s.attributes, "gen_ai.latency.time_in_model_inference");
     assert!(ttft > 0.0 && ttft <= e2e, "ttft {ttft} <= e2e {e2e}");
     assert!(queue >= 0.0 && prefill > 0.0 && decode >= 0.0);
     assert!(
@@ -177,7 +49,7 @@ fn check_span_shape(res: &[KeyValue], scope: &str, s: &Span) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_spans_match_responses_and_honour_traceparent() {
-    let (addr, cap) = grpc_capture().await;
+    let (addr, cap) = capture::grpc().await;
     let mut a = args();
     a.otlp_traces_endpoint = Some(format!("grpc://{addr}"));
     a.otlp_metrics_endpoint = Some(format!("grpc://{addr}"));
@@ -221,14 +93,14 @@ async fn grpc_spans_match_responses_and_honour_traceparent() {
     .await;
     assert_eq!(s, 200, "{v2}");
 
-    let got = wait_spans(&cap, 4).await;
+    let got = cap.wait_spans(4).await;
     assert_eq!(got.len(), 4, "one span per engine request");
     for (res, scope, s) in &got {
         check_span_shape(res, scope, s);
     }
     let by_id = |id: &str| -> &Span {
         &got.iter()
-            .find(|(_, _, s)| str_attr(s, "gen_ai.request.id") == Some(id))
+            .find(|(_, _, s)| str_attr(&s.attributes, "gen_ai.request.id") == Some(id))
             .unwrap_or_else(|| panic!("span {id}"))
             .2
     };
@@ -238,30 +110,31 @@ async fn grpc_spans_match_responses_and_honour_traceparent() {
     assert_eq!(hex(&chat.parent_span_id), parent_hex, "parent span from traceparent");
     assert_eq!(chat.trace_state, "vendor=x");
     assert_eq!(chat.flags & 0xff, 1, "sampled flag carried");
-    assert_eq!(int_attr(chat, "gen_ai.usage.completion_tokens"), usage["completion_tokens"].as_i64());
-    assert_eq!(int_attr(chat, "gen_ai.usage.prompt_tokens"), usage["prompt_tokens"].as_i64());
-    assert_eq!(int_attr(chat, "gen_ai.request.max_tokens"), Some(9));
-    assert_eq!(int_attr(chat, "gen_ai.request.n"), Some(1));
-    assert_eq!(f64_attr(chat, "gen_ai.request.temperature"), 0.5);
-    assert_eq!(f64_attr(chat, "gen_ai.request.top_p"), 1.0);
-    let fr: Value = serde_json::from_str(str_attr(chat, "gen_ai.response.finish_reasons").unwrap()).unwrap();
+    assert_eq!(int_attr(&chat.attributes, "gen_ai.usage.completion_tokens"), usage["completion_tokens"].as_i64());
+    assert_eq!(int_attr(&chat.attributes, "gen_ai.usage.prompt_tokens"), usage["prompt_tokens"].as_i64());
+    assert_eq!(int_attr(&chat.attributes, "gen_ai.request.max_tokens"), Some(9));
+    assert_eq!(int_attr(&chat.attributes, "gen_ai.request.n"), Some(1));
+    assert_eq!(f64_of(&chat.attributes, "gen_ai.request.temperature"), 0.5);
+    assert_eq!(f64_of(&chat.attributes, "gen_ai.request.top_p"), 1.0);
+    let fr: Value =
+        serde_json::from_str(str_attr(&chat.attributes, "gen_ai.response.finish_reasons").unwrap()).unwrap();
     assert!(fr == json!(["length"]) || fr == json!(["stop"]), "{fr}");
 
     let cmpl = by_id(v["id"].as_str().unwrap());
     assert!(cmpl.parent_span_id.is_empty(), "no traceparent: a root span");
     assert_ne!(cmpl.trace_id, chat.trace_id);
-    assert_eq!(int_attr(cmpl, "gen_ai.usage.completion_tokens"), Some(7));
-    assert_eq!(int_attr(cmpl, "gen_ai.usage.prompt_tokens"), v["usage"]["prompt_tokens"].as_i64());
+    assert_eq!(int_attr(&cmpl.attributes, "gen_ai.usage.completion_tokens"), Some(7));
+    assert_eq!(int_attr(&cmpl.attributes, "gen_ai.usage.prompt_tokens"), v["usage"]["prompt_tokens"].as_i64());
     assert!(attr(&cmpl.attributes, "gen_ai.request.temperature").is_none(), "temperature 0 is omitted");
-    assert_eq!(f64_attr(cmpl, "gen_ai.request.top_p"), 0.9);
-    assert_eq!(str_attr(cmpl, "gen_ai.response.finish_reasons"), Some("[\"length\"]"));
+    assert_eq!(f64_of(&cmpl.attributes, "gen_ai.request.top_p"), 0.9);
+    assert_eq!(str_attr(&cmpl.attributes, "gen_ai.response.finish_reasons"), Some("[\"length\"]"));
 
     let base_id = v2["id"].as_str().unwrap();
     let mut total = 0;
     for i in 0..2 {
         let s = by_id(&format!("{i}_{base_id}"));
-        assert_eq!(int_attr(s, "gen_ai.request.n"), Some(2));
-        total += int_attr(s, "gen_ai.usage.completion_tokens").unwrap();
+        assert_eq!(int_attr(&s.attributes, "gen_ai.request.n"), Some(2));
+        total += int_attr(&s.attributes, "gen_ai.usage.completion_tokens").unwrap();
     }
     assert_eq!(Some(total), v2["usage"]["completion_tokens"].as_i64());
 
@@ -273,11 +146,10 @@ async fn grpc_spans_match_responses_and_honour_traceparent() {
     )
     .await;
     assert_eq!(s, 200);
-    let points = poll("KV usage samples taken while busy", || {
-        let cap = cap.clone();
-        async move {
+    let points = cap
+        .wait_for("KV usage samples taken while busy", |cap| {
             let mut pts: Vec<(i64, u64, f64)> = Vec::new();
-            for req in cap.metrics.lock().unwrap().iter() {
+            for req in cap.metrics().iter() {
                 for rm in &req.resource_metrics {
                     for sm in &rm.scope_metrics {
                         for m in &sm.metrics {
@@ -296,9 +168,8 @@ async fn grpc_spans_match_responses_and_honour_traceparent() {
                 }
             }
             pts.iter().any(|p| p.2 > 0.0).then_some(pts)
-        }
-    })
-    .await;
+        })
+        .await;
     assert!(points.iter().all(|p| (0.0..=1.0).contains(&p.2)));
     let layers: std::collections::BTreeSet<i64> = points.iter().map(|p| p.0).collect();
     assert_eq!(layers, (0..32).collect(), "one series per decoder layer");
@@ -311,7 +182,7 @@ async fn grpc_spans_match_responses_and_honour_traceparent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_protobuf_spans_and_flush_on_shutdown() {
-    let (addr, cap) = http_capture().await;
+    let (addr, cap) = capture::http().await;
     let mut a = args();
     a.otlp_traces_endpoint = Some(format!("http://{addr}/v1/traces"));
     a.otlp_batch_delay_ms = 60_000; // only the shutdown flush can deliver them
@@ -327,11 +198,11 @@ async fn http_protobuf_spans_and_flush_on_shutdown() {
         ids.push(v["id"].as_str().unwrap().to_string());
     }
     server.shutdown().await;
-    let got = spans(&cap);
+    let got = cap.spans();
     assert_eq!(got.len(), 3, "flushed at shutdown");
     for (res, scope, s) in &got {
         check_span_shape(res, scope, s);
-        assert!(ids.iter().any(|id| Some(id.as_str()) == str_attr(s, "gen_ai.request.id")));
+        assert!(ids.iter().any(|id| Some(id.as_str()) == str_attr(&s.attributes, "gen_ai.request.id")));
     }
 }
 

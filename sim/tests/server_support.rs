@@ -239,3 +239,27 @@ pub fn parse_exposition(text: &str) -> Exposition {
     }
     e
 }
+
+/// `promtool check metrics` (Debian package `prometheus`) must parse `text`, and every lint
+/// finding it reports must be `known`; skipped (with a note) where promtool is not installed.
+pub fn promtool_accepts(text: &str, known: impl Fn(&str) -> bool) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let Ok(mut child) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        eprintln!("promtool not found; skipping `promtool check metrics` (apt-get install prometheus)");
+        return;
+    };
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_ne!(out.status.code(), Some(1), "promtool could not parse /metrics:\n{report}");
+    for line in report.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(known(line), "unexpected promtool finding: {line}");
+    }
+}

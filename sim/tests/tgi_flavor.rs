@@ -1,20 +1,18 @@
 //! `inferwatch sim --flavor tgi`: `/metrics` as Hugging Face TGI exposes it (names, types,
 //! no `_total`, no model label, TGI's buckets, the `tgi_request_skipped_tokens` summary)
 //! with counts that follow the traffic, `GET /info`, and TGI's router handler spans with
-//! Debug-formatted durations (shared/reference/llm-telemetry.md §3).
+//! Debug-formatted durations (tests/fixtures/servers/tgi-*).
 
 use crate::support;
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 
 use clap::Parser;
 use inferwatch_sim::server::{Flavor, SimArgs};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
-use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
-use opentelemetry_proto::tonic::trace::v1::{Span, span};
+use inferwatch_testkit::attrs::{attr, str_of};
+use inferwatch_testkit::capture;
+use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::trace::v1::span;
 use serde_json::{Value, json};
 use support::*;
 
@@ -40,7 +38,7 @@ const BATCH_DURATIONS: &[&str] = &[
     "tgi_batch_decode_duration",
     "tgi_batch_filter_duration",
 ];
-/// shared/reference/llm-telemetry.md §3.3, rounded to 6 decimals there.
+/// TGI's source (tests/fixtures/servers/tgi-*.metrics.json), rounded to 6 decimals.
 const REFERENCE_DURATION_BUCKETS: &[f64] = &[
     0.00015, 0.000225, 0.000338, 0.000506, 0.000759, 0.001139, 0.001709, 0.002563, 0.003844, 0.005767, 0.00865,
     0.012975, 0.019462, 0.029193, 0.043789, 0.065684, 0.098526, 0.147789, 0.221684, 0.332526, 0.498789, 0.748183,
@@ -247,28 +245,11 @@ async fn metrics_are_tgis_and_follow_the_traffic() {
 
 /// `promtool check metrics` parses it; its only lint findings are what real TGI output gets.
 fn promtool_accepts(text: &str) {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let Ok(mut child) = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    else {
-        eprintln!("promtool not found; skipping `promtool check metrics` (apt-get install prometheus)");
-        return;
-    };
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_ne!(out.status.code(), Some(1), "promtool could not parse /metrics:\n{report}");
-    for line in report.lines().filter(|l| !l.trim().is_empty()) {
-        let known = line.ends_with("counter metrics should have \"_total\" suffix")
+    support::promtool_accepts(text, |line| {
+        line.ends_with("counter metrics should have \"_total\" suffix")
             || line.ends_with("non-histogram and non-summary metrics should not have \"_count\" suffix")
-            || line.ends_with("no help text");
-        assert!(known, "unexpected promtool finding: {line}");
-    }
+            || line.ends_with("no help text")
+    });
 }
 
 #[derive(Parser)]
@@ -331,45 +312,6 @@ async fn info_and_the_flavor_flag() {
     vllm.shutdown().await;
 }
 
-#[derive(Debug, Default)]
-struct Captured(Mutex<Vec<ExportTraceServiceRequest>>);
-
-#[derive(Clone)]
-struct Svc(Arc<Captured>);
-
-#[tonic::async_trait]
-impl TraceService for Svc {
-    async fn export(
-        &self,
-        req: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        self.0.0.lock().unwrap().push(req.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-async fn grpc_capture() -> (SocketAddr, Arc<Captured>) {
-    let captured = Arc::new(Captured::default());
-    let svc = Svc(captured.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(svc))
-            .serve_with_incoming(incoming)
-            .await;
-    });
-    (addr, captured)
-}
-
-fn str_attr<'a>(s: &'a Span, key: &str) -> &'a str {
-    match s.attributes.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()?.value.as_ref()) {
-        Some(any_value::Value::StringValue(v)) => v,
-        other => panic!("{key}: expected a string, got {other:?}"),
-    }
-}
-
 /// Parses Rust's `Debug` of a `Duration` ("12.345ms", "1.5s", "850µs", "0ns") back into
 /// nanoseconds, exactly.
 fn debug_duration_ns(s: &str) -> u128 {
@@ -399,7 +341,7 @@ async fn spans_are_tgi_handler_spans() {
     assert_eq!(debug_duration_ns("1.2s"), 1_200_000_000);
     assert_eq!(debug_duration_ns("850µs"), 850_000);
 
-    let (addr, cap) = grpc_capture().await;
+    let (addr, cap) = capture::grpc().await;
     let mut a = tgi_args();
     a.otlp_traces_endpoint = Some(format!("grpc://{addr}"));
     let server = start(a).await;
@@ -435,17 +377,7 @@ async fn spans_are_tgi_handler_spans() {
     assert_eq!(s, 200, "{v}");
     server.shutdown().await; // flushes every span
 
-    let mut got: Vec<(Vec<KeyValue>, String, Span)> = Vec::new();
-    for req in cap.0.lock().unwrap().iter() {
-        for rs in &req.resource_spans {
-            for ss in &rs.scope_spans {
-                for s in &ss.spans {
-                    let scope = ss.scope.clone().unwrap_or_default().name;
-                    got.push((rs.resource.clone().unwrap_or_default().attributes, scope, s.clone()));
-                }
-            }
-        }
-    }
+    let got = cap.spans();
     let names: Vec<&str> = got.iter().map(|(_, _, s)| s.name.as_str()).collect();
     assert_eq!(names.len(), 3, "one handler span per HTTP request: {names:?}");
     assert_eq!(names.iter().filter(|n| **n == "chat_completions").count(), 2, "{names:?}");
@@ -460,11 +392,11 @@ async fn spans_are_tgi_handler_spans() {
     for (res, scope, s) in &got {
         assert_eq!(s.kind, span::SpanKind::Server as i32);
         assert_eq!(scope, "opentelemetry-otlp");
-        let svc = res.iter().find(|kv| kv.key == "service.name").and_then(|kv| kv.value.as_ref()?.value.as_ref());
+        let svc = attr(res, "service.name");
         assert_eq!(svc, Some(&any_value::Value::StringValue(service.clone())));
         let keys: BTreeSet<&str> = s.attributes.iter().map(|kv| kv.key.as_str()).collect();
         assert_eq!(keys, fields, "TGI's recorded fields only, no gen_ai.*");
-        let ns = |k| debug_duration_ns(str_attr(s, k));
+        let ns = |k| debug_duration_ns(str_of(&s.attributes, k));
         let (total, validation, queue, inference) =
             (ns("total_time"), ns("validation_time"), ns("queue_time"), ns("inference_time"));
         assert_eq!(validation + queue + inference, total, "the intervals add up, to the nanosecond");
@@ -472,7 +404,7 @@ async fn spans_are_tgi_handler_spans() {
         assert_eq!(u128::from(s.end_time_unix_nano - s.start_time_unix_nano), total, "span length = total_time");
         let tokens: u128 = if s.name == "completions" {
             3
-        } else if str_attr(s, "seed") == "None" {
+        } else if str_of(&s.attributes, "seed") == "None" {
             6
         } else {
             4
@@ -480,13 +412,17 @@ async fn spans_are_tgi_handler_spans() {
         assert_eq!(ns("time_per_token"), inference / tokens, "time_per_token = inference / generated tokens");
         assert!(s.status.as_ref().is_none_or(|st| st.code == 0), "succeeded");
     }
-    let greedy_span = &got.iter().find(|(_, _, s)| str_attr(s, "seed") == "None").expect("greedy span").2;
+    let greedy_span = &got.iter().find(|(_, _, s)| str_of(&s.attributes, "seed") == "None").expect("greedy span").2;
     assert_eq!(greedy["usage"]["completion_tokens"], 6);
     assert_eq!(hex(&greedy_span.trace_id), trace_hex, "traceparent honoured");
     assert_eq!(hex(&greedy_span.parent_span_id), parent_hex);
-    assert!(got.iter().any(|(_, _, s)| s.name == "chat_completions" && str_attr(s, "seed") == "Some(42)"));
+    assert!(got.iter().any(|(_, _, s)| s.name == "chat_completions" && str_of(&s.attributes, "seed") == "Some(42)"));
     let cmpl = &got.iter().find(|(_, _, s)| s.name == "completions").unwrap().2;
-    assert!(str_attr(cmpl, "seed").starts_with("Some("), "sampling draws a seed: {}", str_attr(cmpl, "seed"));
+    assert!(
+        str_of(&cmpl.attributes, "seed").starts_with("Some("),
+        "sampling draws a seed: {}",
+        str_of(&cmpl.attributes, "seed")
+    );
     assert!(cmpl.parent_span_id.is_empty(), "no traceparent: a root span");
 }
 

@@ -1,10 +1,12 @@
 """Faults switched on at run time (POST /admin/faults) move their signal the documented way,
-measured with the OpenAI client under concurrent load, against a healthy control on the same
-server (shared/spec/signals-and-detectors.md §6 and §10, sim/src/faults.rs):
+driven with the OpenAI client and measured on the server's engine clock (its /metrics
+histograms; the simulated step times do not stretch on a busy machine), against a healthy
+control on the same server (docs/detectors/kv_pressure.md for the 800 ms queue rule, scenarios/README.md#faults,
+sim/src/faults.rs):
 
-- queue blocking: request queue time p99 above 800 ms (the §6 rule); about strength x period;
-- context-length collapse: p95 latency of prompts over 4k tokens rises sharply, prompts under
-  1k tokens do not move.
+- queue blocking: request queue time p99 above 800 ms; about strength x period;
+- context-length collapse: the prefill time of prompts over 4k tokens rises sharply, prompts
+  under 1k tokens do not move.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ def _queue_phase(sim, tag: str, n: int = 16, rate: float = 8.0) -> dict:
     """n short streamed requests at a constant rate; client TTFTs and the server's queue-time
     histogram over exactly these requests."""
     c = sim.client()
-    before = histogram(sim.families(), "vllm:request_queue_time_seconds")
+    fams = sim.families()
+    before = histogram(fams, "vllm:request_queue_time_seconds")
+    before_ttft = histogram(fams, "vllm:time_to_first_token_seconds")
 
     def one(i: int):
         s = stream_call(c.completions.create, False, model=MODEL, prompt=f"{tag} request {i}: say something",
@@ -55,9 +59,12 @@ def _queue_phase(sim, tag: str, n: int = 16, rate: float = 8.0) -> dict:
 
     with WaitingProbe(sim) as probe:
         res = run_load(one, n, rate=rate)
-    q = histogram(sim.families(), "vllm:request_queue_time_seconds").minus(before)
+    fams = sim.families()
+    q = histogram(fams, "vllm:request_queue_time_seconds").minus(before)
     assert q.count == n, f"{q.count} queue-time observations for {n} requests"
-    return {"ttft": [s.ttft for s in res], "queue": q, "max_waiting": probe.max}
+    ttft = histogram(fams, "vllm:time_to_first_token_seconds").minus(before_ttft)
+    assert ttft.count == n, f"{ttft.count} TTFT observations for {n} requests"
+    return {"ttft": [s.ttft for s in res], "engine_ttft": ttft, "queue": q, "max_waiting": probe.max}
 
 
 def test_queue_blocking(sims):
@@ -65,7 +72,9 @@ def test_queue_blocking(sims):
     assert sim.get_faults()["active"] == []
 
     healthy = _queue_phase(sim, "healthy")
-    assert percentile(healthy["ttft"], 0.99) < 0.8, healthy["ttft"]
+    # upper bounds on the engine clock (TTFT from the server's histogram): a busy machine's
+    # scheduling delays reach the client's timings, not the simulated ones
+    assert healthy["engine_ttft"].fraction_le(0.75) == 1.0, f"healthy TTFTs above 750 ms: {healthy['engine_ttft']}"
     assert healthy["queue"].fraction_le(0.3) == 1.0, f"healthy queue times above 300 ms: {healthy['queue']}"
 
     # a bad fault is refused and names the problem
@@ -87,16 +96,28 @@ def test_queue_blocking(sims):
     assert percentile(faulty["ttft"], 0.99) > 0.8, faulty["ttft"]
     # magnitude: nobody waits much longer than one stall (strength x period = 2 s)
     assert q.fraction_le(2.5) == 1.0, f"queue times beyond the 2 s stall: {q}"
-    assert percentile(faulty["ttft"], 0.99) < 2.0 + 0.6, faulty["ttft"]
+    assert faulty["engine_ttft"].fraction_le(2.5) == 1.0, f"TTFTs beyond the 2 s stall: {faulty['engine_ttft']}"
     assert faulty["max_waiting"] >= 3, f"vllm:num_requests_waiting peaked at {faulty['max_waiting']}"
 
     st = sim.clear_faults()
     assert st["active"] == [] and st["faults"] == []
 
 
+#: Engine-clock histograms of `_collapse_phase`: prefill (scheduled -> first token) and
+#: inference (scheduled -> finished) are the engine's work on a request, with no wall-clock
+#: component, and are what the assertions use; TTFT and e2e (in the report only) count from
+#: the handler's arrival stamp, so a busy machine's delay between the HTTP handler and the
+#: engine task can land in their queue part.
+_ENGINE_TIMES = {"prefill": "vllm:request_prefill_time_seconds", "inference": "vllm:request_inference_time_seconds",
+                 "ttft": "vllm:time_to_first_token_seconds", "e2e": "vllm:e2e_request_latency_seconds"}
+
+
 def _collapse_phase(sim, tag: str, words: int, n: int = 6) -> dict:
-    """n streamed completions of a `words`-token prompt from 2 concurrent callers."""
+    """n streamed completions of a `words`-token prompt, one at a time (no batching between
+    them, so the engine's timings depend on the prompt alone); the mean engine-clock timings of
+    exactly these requests, from the /metrics histograms' sums (exact, unlike their buckets)."""
     c = sim.client()
+    before = sim.families()
 
     def one(i: int):
         s = stream_call(c.completions.create, False, model=MODEL, prompt=long_prompt(words, hash((tag, i)) % 10**6),
@@ -104,11 +125,14 @@ def _collapse_phase(sim, tag: str, words: int, n: int = 6) -> dict:
         assert s.usage.completion_tokens == 8
         return s
 
-    res = run_load(one, n, workers=2)
-    tokens = {s.usage.prompt_tokens for s in res}
-    return {"ttft": percentile([s.ttft for s in res], 0.95), "e2e": percentile([s.e2e for s in res], 0.95),
-            "ttft_p50": percentile([s.ttft for s in res], 0.5), "e2e_p50": percentile([s.e2e for s in res], 0.5),
-            "tokens": tokens}
+    res = run_load(one, n, workers=1)
+    after = sim.families()
+    out: dict = {"tokens": {s.usage.prompt_tokens for s in res}}
+    for key, name in _ENGINE_TIMES.items():
+        h = histogram(after, name).minus(histogram(before, name))
+        assert h.count == n, f"{name}: {h.count} observations for {n} requests"
+        out[key] = h.sum / h.count
+    return out
 
 
 def test_context_length_collapse(sims):
@@ -117,24 +141,25 @@ def test_context_length_collapse(sims):
     long_words, short_words = 7000, 500
 
     h_long = _collapse_phase(sim, "healthy", long_words)
-    h_short = _collapse_phase(sim, "healthy", short_words, n=20)  # cheap: enough for a p95 below the max
+    h_short = _collapse_phase(sim, "healthy", short_words, n=10)
     assert min(h_long["tokens"]) > 4096 and max(h_short["tokens"]) < 1000, (h_long, h_short)
 
     st = sim.set_faults({"kind": "context_collapse", "strength": 3, "threshold_tokens": 4096})
     assert st["active"] == ["context_collapse"], st
     f_long = _collapse_phase(sim, "faulty", long_words)
-    f_short = _collapse_phase(sim, "faulty", short_words, n=20)
+    f_short = _collapse_phase(sim, "faulty", short_words, n=10)
     sim.clear_faults()
     report = f"healthy long {h_long}, short {h_short}; faulty long {f_long}, short {f_short}"
+    print(report)
 
+    # Every timing below is on the simulator's engine clock (simulated step durations), so the
+    # ratios hold however loaded the machine is; the client's wall-clock timings are not used.
     # long prompts: work past 4096 tokens costs 4x, so a 7k prompt's prefill about doubles
-    assert f_long["ttft"] >= 1.6 * h_long["ttft"], report
-    assert f_long["e2e"] >= 1.3 * h_long["e2e"], report
-    # short prompts do not move: medians (a busy machine's scheduling delays reach the p95 of
-    # tens-of-milliseconds calls) with an additive margin for the same reason; a fault that
-    # slowed every prompt is caught by the long/short ratio below
-    assert f_short["ttft_p50"] <= 1.5 * h_short["ttft_p50"] + 0.15, report
-    assert f_short["e2e_p50"] <= 1.5 * h_short["e2e_p50"] + 0.15, report
-    # p95 of >4k prompts far above <1k prompts, and further apart than in the healthy control
-    assert f_long["ttft"] >= 5 * f_short["ttft"], report
-    assert f_long["ttft"] / f_short["ttft"] >= 1.5 * h_long["ttft"] / h_short["ttft"], report
+    assert f_long["prefill"] >= 1.6 * h_long["prefill"], report
+    assert f_long["inference"] >= 1.3 * h_long["inference"], report
+    # short prompts do not move (the same work, on the same engine)
+    assert f_short["prefill"] <= 1.1 * h_short["prefill"], report
+    assert f_short["inference"] <= 1.1 * h_short["inference"], report
+    # >4k prompts far above <1k prompts, and further apart than in the healthy control
+    assert f_long["prefill"] >= 5 * f_short["prefill"], report
+    assert f_long["prefill"] / f_short["prefill"] >= 1.5 * h_long["prefill"] / h_short["prefill"], report

@@ -1,5 +1,5 @@
 """`GET /metrics` of `inferwatch sim` against vLLM: promtool accepts it, the names, types,
-labels and buckets are those of shared/reference/llm-telemetry.md §2, and the counters and
+labels and buckets are those of vLLM V1 (tests/fixtures/servers/vllm-*.metrics.json), and the counters and
 histograms add up to what the OpenAI client saw."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ MODEL = "metrics-model"
 CONFIG = {**FAST_ANSWERS, "engine": {"gpu": FAST_GPU}}
 
 # --------------------------------------------------------------------------------------------
-# The reference table, transcribed from shared/reference/llm-telemetry.md §2.2-2.5 and §2.7
+# The reference table, transcribed from vLLM V1's metric definitions (gauges, counters, histograms, removed names)
 # (vLLM main 2026-01-23, V1 engine, one API server process).
 
 TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
@@ -49,18 +49,18 @@ TOKENS = "1-2-5"  # placeholder for buckets_1_2_5(max_model_len)
 
 # exposed family name -> (type, labels besides `le`, buckets or None)
 REQUIRED = {
-    # §2.2 gauges
+    # gauges
     "vllm:num_requests_running": ("gauge", BASE, None),
     "vllm:num_requests_waiting": ("gauge", BASE, None),
     "vllm:kv_cache_usage_perc": ("gauge", BASE, None),
-    # §2.3 counters (registered without, exposed with `_total`)
+    # counters (registered without, exposed with `_total`)
     "vllm:prompt_tokens_total": ("counter", BASE, None),
     "vllm:generation_tokens_total": ("counter", BASE, None),
     "vllm:request_success_total": ("counter", BASE + ("finished_reason",), None),
     "vllm:num_preemptions_total": ("counter", BASE, None),
     "vllm:prefix_cache_queries_total": ("counter", BASE, None),
     "vllm:prefix_cache_hits_total": ("counter", BASE, None),
-    # §2.4 histograms with the §2.5 buckets
+    # histograms with vLLM's buckets
     "vllm:time_to_first_token_seconds": ("histogram", BASE, TTFT),
     "vllm:inter_token_latency_seconds": ("histogram", BASE, ITL),
     "vllm:request_time_per_output_token_seconds": ("histogram", BASE, ITL),
@@ -106,7 +106,7 @@ OPTIONAL = {
 # Label-less of model_name: checked on their own.
 SPECIAL = {"vllm:cache_config_info", "vllm:lora_requests_info",
            "vllm:admission_rejections_total"}  # the last has `model_name, reason`, no `engine`
-# §2.7: removed or V0-only names a V1 server of this vintage no longer exposes.
+# Removed or V0-only names a V1 server of this vintage no longer exposes.
 GONE = ["vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_hits",
         "vllm:time_per_output_token_seconds", "vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc",
         "vllm:cpu_prefix_cache_hit_rate", "vllm:gpu_prefix_cache_hit_rate", "vllm:time_in_queue_requests",
@@ -244,7 +244,7 @@ def test_names_types_labels_buckets_match_reference(sims):
     for n in GONE:
         for exposed in (n, n + "_total"):
             if exposed in fams:
-                problems.append(f"{exposed}: removed from vLLM (§2.7) but exposed")
+                problems.append(f"{exposed}: removed from vLLM but exposed")
     # prometheus_client's `_created` series: one gauge per counter / histogram, same labels
     for n in sorted(created):
         base = n[: -len("_created")]

@@ -255,7 +255,7 @@ def test_same_seed_same_text(sims):
     assert sum(x != y for x, y in zip(answers(a, seed=2), s1)) >= len(first) - 1
 
 
-@pytest.mark.xfail(strict=True, reason="sim bug: `stop` sequences are ignored (sim/src/server/api.rs Common has no "
+@pytest.mark.xfail(strict=True, reason="sim bug: `stop` sequences are ignored (sim/src/server/api/wire.rs Common has no "
                    "`stop`): generation runs on to max_tokens with finish_reason length")
 def test_stop_sequences(sims):
     """vLLM ends a choice at the first stop string (not included): finish_reason stop, stop_reason the string."""

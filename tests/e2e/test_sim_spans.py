@@ -1,6 +1,6 @@
 """The `llm_request` spans of `inferwatch sim`, sent over OTLP/gRPC to an inferwatch agent
 (otlp receiver -> batch -> otlp exporter) and received by the Python sink: names and
-attributes as vLLM V1 emits them (shared/reference/llm-telemetry.md §1), consistent timings,
+attributes as vLLM V1 emits them (tests/fixtures/servers/vllm-*.spans.json), consistent timings,
 and token counts equal to the usage the OpenAI client saw, matched by request id."""
 
 from __future__ import annotations

@@ -59,6 +59,27 @@ pub fn batch_to_payload(batch: &RecordBatch) -> Result<Payload, ConvError> {
     }
 }
 
+/// Whether two batches hold the same bytes: equal schemas and, column by column, the same
+/// type, length, offset, null bitmap, buffers and children (stricter than `==`, which compares
+/// values). For tests that two ways of building a batch agree exactly.
+pub fn same_bytes(a: &RecordBatch, b: &RecordBatch) -> bool {
+    fn same(a: &arrow_data::ArrayData, b: &arrow_data::ArrayData) -> bool {
+        let nulls =
+            |d: &arrow_data::ArrayData| d.nulls().map(|n| (n.offset(), n.len(), n.buffer().as_slice().to_vec()));
+        a.data_type() == b.data_type()
+            && a.len() == b.len()
+            && a.offset() == b.offset()
+            && nulls(a) == nulls(b)
+            && a.buffers().len() == b.buffers().len()
+            && a.buffers().iter().zip(b.buffers()).all(|(x, y)| x.as_slice() == y.as_slice())
+            && a.child_data().len() == b.child_data().len()
+            && a.child_data().iter().zip(b.child_data()).all(|(x, y)| same(x, y))
+    }
+    a.schema() == b.schema()
+        && a.num_columns() == b.num_columns()
+        && a.columns().iter().zip(b.columns()).all(|(x, y)| same(&x.to_data(), &y.to_data()))
+}
+
 /// Index of the event-time column (`time_unix_nano`) of a batch.
 pub fn time_column(batch: &RecordBatch) -> Result<&arrow_array::TimestampNanosecondArray, ConvError> {
     batch

@@ -8,9 +8,10 @@
 //! pipeline's event-time watermark: nothing in a processor reads the wall clock.
 
 use super::RecordBatch;
-use crate::component::{ComponentError, CreateContext, FieldError};
+use crate::host::CreateContext;
 use crate::pdata::Signal;
 use crate::state::StateError;
+use crate::vocab::{ComponentError, FieldError};
 
 /// What a processor reads: its input signal and the columns of that signal's schema.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,21 +1,26 @@
 //! The Arrow stage: runs a pipeline's adjacent Arrow processors over one conversion per batch.
 //!
 //! For each payload the stage converts once to Arrow (counted in
-//! `inferwatch_arrow_conversions_total`), passes the payload on unchanged, removes late rows
+//! `inferwatch_arrow_conversions_total`; not at all when the sender hands the batch on with the
+//! payload, [`Consumer::consume_with_batch`]), passes the payload on unchanged, removes late rows
 //! (event time below the pipeline's watermark, counted in `inferwatch_arrow_late_items_total`),
 //! hands the on-time rows to each processor in order (a processor also sees the derived
 //! batches of the processors before it), advances the watermark to
 //! `max event time seen − allowed_lateness` and lets every processor close what ends at or
-//! before it, then sends the derived batches downstream as OTLP. The watermark and the
+//! before it, then sends the derived batches downstream as OTLP, converting each once there
+//! (and handing a single derived batch on beside its OTLP form, which a downstream Arrow stage
+//! or recording exporter uses instead of converting again). The watermark and the
 //! processors' state are checkpointed through the host's state registry.
 
 use super::{ArrowProcessor, ArrowProcessorFactory, RecordBatch};
-use crate::component::{ComponentError, ComponentId, CreateContext, Node, NodeRef};
+use crate::component::{Node, NodeRef};
 use crate::consumer::{ConsumeError, Consumer, ConsumerRef};
+use crate::host::CreateContext;
 use crate::host::Host;
 use crate::pdata::{Payload, Signal};
 use crate::state::{Checkpoint, StateError};
 use crate::telemetry::Telemetry;
+use crate::vocab::{ComponentError, ComponentId};
 use arrow_array::{Array, BooleanArray};
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -67,6 +72,8 @@ pub struct ArrowStage {
     inner: Arc<Mutex<Inner>>,
     order: tokio::sync::Mutex<()>,
     next: ConsumerRef,
+    /// The full schema of `signal`: a batch given with the input is used only when it has it.
+    schema: arrow_schema::SchemaRef,
     conversions: Counter,
     late: Counter,
     dropped: Counter,
@@ -170,6 +177,7 @@ impl ArrowStage {
         let inner = Arc::new(Mutex::new(Inner { members, max_seen: 0, watermark: 0 }));
         ctx.host.state.register(Arc::new(StageCheckpoint { key: format!("stage/{name}"), inner: inner.clone() }));
         Ok(Arc::new(ArrowStage {
+            schema,
             conversions: ctx.telemetry.arrow_conversions(&format!("stage {name}"), signal),
             late: ctx.telemetry.late_items(&ctx.pipeline),
             dropped: ctx
@@ -332,16 +340,26 @@ impl ArrowStage {
 #[async_trait]
 impl Consumer for ArrowStage {
     async fn consume(&self, data: Payload) -> Result<(), ConsumeError> {
+        self.consume_with_batch(data, None).await
+    }
+
+    /// Uses `given` (the Arrow form of `data`, e.g. a connector stage's derived batch) when it
+    /// has this stage's full schema; converts `data` otherwise (counted).
+    async fn consume_with_batch(&self, data: Payload, given: Option<RecordBatch>) -> Result<(), ConsumeError> {
         let _order = self.order.lock().await;
-        let batch = match super::payload_to_batch(&data) {
-            Ok(b) => {
-                self.conversions.inc();
-                Some(b)
-            }
-            Err(e) => {
-                tracing::warn!(stage = %self.name, error = %e, "payload not convertible to Arrow; passed on unprocessed");
-                None
-            }
+        let given = given.filter(|b| b.schema_ref() == &self.schema || *b.schema() == *self.schema);
+        let batch = match given {
+            Some(b) => Some(b),
+            None => match super::payload_to_batch(&data) {
+                Ok(b) => {
+                    self.conversions.inc();
+                    Some(b)
+                }
+                Err(e) => {
+                    tracing::warn!(stage = %self.name, error = %e, "payload not convertible to Arrow; passed on unprocessed");
+                    None
+                }
+            },
         };
         // The input goes on first and unchanged; state changes only once it was accepted, so a
         // refusal (and the sender's retry) never counts the same data twice.
@@ -436,5 +454,93 @@ impl Checkpoint for StageCheckpoint {
         inner.max_seen = s.max_seen;
         inner.watermark = s.watermark;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arrow::{ConvError, Needs};
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric::Data,
+    };
+
+    /// Counts the rows it is given; derives nothing.
+    struct Rows(Arc<Mutex<usize>>);
+
+    impl ArrowProcessor for Rows {
+        fn needs(&self) -> Needs {
+            Needs { signal: Signal::Metrics, columns: vec![crate::arrow::schema::TIME] }
+        }
+        fn allowed_lateness_ns(&self) -> u64 {
+            u64::MAX
+        }
+        fn process(&mut self, batch: &RecordBatch, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+            *self.0.lock() += batch.num_rows();
+            Ok(())
+        }
+        fn advance(&mut self, _watermark_ns: u64, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
+            Ok(())
+        }
+        fn state_version(&self) -> u32 {
+            1
+        }
+        fn snapshot(&self) -> Result<Vec<u8>, StateError> {
+            Ok(Vec::new())
+        }
+        fn restore(&mut self, _bytes: &[u8]) -> Result<(), StateError> {
+            Ok(())
+        }
+        fn series_count(&self) -> usize {
+            0
+        }
+    }
+
+    struct Drain;
+
+    #[async_trait]
+    impl Consumer for Drain {
+        async fn consume(&self, _data: Payload) -> Result<(), ConsumeError> {
+            Ok(())
+        }
+    }
+
+    fn gauge(points: usize) -> ExportMetricsServiceRequest {
+        let data_points = (0..points as u64).map(|t| NumberDataPoint { time_unix_nano: t + 1, ..Default::default() });
+        ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: "g".into(),
+                        data: Some(Data::Gauge(Gauge { data_points: data_points.collect() })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_handed_on_with_the_payload_is_not_converted_again() {
+        let telemetry = Arc::new(Telemetry::new());
+        let rows = Arc::new(Mutex::new(0));
+        let id = ComponentId::parse("rows").unwrap();
+        let ctx = StageContext { pipeline: "metrics".into(), telemetry: telemetry.clone(), host: Host::new() };
+        let st =
+            ArrowStage::build(ctx, vec![(id, Box::new(Rows(rows.clone())))], Signal::Metrics, Arc::new(Drain)).unwrap();
+        let conversions = telemetry.arrow_conversions("stage metrics/rows", Signal::Metrics);
+        let req = gauge(3);
+        let batch = crate::arrow::metrics::to_batch(&req).unwrap();
+        st.consume_with_batch(Payload::Metrics(req.clone()), Some(batch.clone())).await.unwrap();
+        assert_eq!((conversions.get(), *rows.lock()), (0, 3), "the given batch is used");
+        st.consume(Payload::Metrics(gauge(2))).await.unwrap();
+        assert_eq!((conversions.get(), *rows.lock()), (1, 5), "without one the payload is converted");
+        // A projected batch is not the stage's full schema: the payload is converted instead.
+        let projected = batch.project(&[batch.schema().index_of(crate::arrow::schema::TIME).unwrap()]).unwrap();
+        st.consume_with_batch(Payload::Metrics(req), Some(projected)).await.unwrap();
+        assert_eq!((conversions.get(), *rows.lock()), (2, 8));
     }
 }

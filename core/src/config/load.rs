@@ -7,9 +7,9 @@ use super::{
     ComponentConfig, Config, ConfigError, Location, LogEncoding, LogOutput, MetricsLevel, OtlpProtocol, OtlpPushConfig,
     PeriodicReaderConfig, PipelineConfig, PipelineId, ServiceConfig, TelemetryConfig, Temporality,
 };
-use crate::component::{ComponentId, PathSeg};
 use crate::pdata::Signal;
 use crate::settings::parse_go_duration;
+use crate::vocab::{ComponentId, PathSeg};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -6,8 +6,8 @@ mod load;
 mod validate;
 pub mod yaml;
 
-use crate::component::{ComponentId, PathSeg};
 use crate::pdata::Signal;
+use crate::vocab::{ComponentId, PathSeg};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;

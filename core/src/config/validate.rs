@@ -2,9 +2,9 @@
 //! pipeline references and signals, connector use, extensions and cycles.
 
 use super::{ComponentConfig, Config, ConfigError, Location, PipelineConfig};
-use crate::component::{ComponentId, ComponentKind, FieldError, PathSeg};
 use crate::pdata::Signal;
 use crate::registry::Registry;
+use crate::vocab::{ComponentId, ComponentKind, FieldError, PathSeg};
 use serde_json::Value;
 use std::collections::HashSet;
 
@@ -477,11 +477,13 @@ enum Visit {
 mod tests {
     use super::*;
     use crate::component::{
-        ComponentError, ConnectorFactory, CreateContext, ExporterFactory, Extension, ExtensionFactory, NodeRef,
-        ProcessorFactory, Receiver, ReceiverFactory, parse_config,
+        ConnectorFactory, ExporterFactory, Extension, ExtensionFactory, NodeRef, ProcessorFactory, Receiver,
+        ReceiverFactory,
     };
     use crate::config::load_str;
     use crate::consumer::ConsumerRef;
+    use crate::host::CreateContext;
+    use crate::vocab::{ComponentError, parse_config};
     use Signal::{Logs, Metrics, Traces};
     use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 //! plain scalars resolve by the YAML 1.2 core schema when turned into JSON.
 
 use super::{ConfigError, Location};
-use crate::component::PathSeg;
+use crate::vocab::PathSeg;
 use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError, Span, StrInput};
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -19,7 +19,9 @@
 use super::bearertokenauth::Passive;
 use super::client_auth::{Secret, ct_eq};
 use crate::auth::{AuthError, AuthInfo, Authenticator, ClientAuth, ServerAuth};
-use crate::component::{ComponentError, CreateContext, Extension, ExtensionFactory, FieldError, parse_config};
+use crate::component::{Extension, ExtensionFactory};
+use crate::host::CreateContext;
+use crate::vocab::{ComponentError, FieldError, parse_config};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use http::{HeaderName, HeaderValue};

@@ -13,8 +13,10 @@
 
 use super::client_auth::{FileSecret, Secret, SecretSource, ct_eq};
 use crate::auth::{AuthError, AuthInfo, Authenticator, ClientAuth, ServerAuth};
-use crate::component::{ComponentError, CreateContext, Extension, ExtensionFactory, FieldError, parse_config};
-use crate::graph::StatusHandle;
+use crate::component::{Extension, ExtensionFactory};
+use crate::host::CreateContext;
+use crate::host::StatusHandle;
+use crate::vocab::{ComponentError, FieldError, parse_config};
 use async_trait::async_trait;
 use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
@@ -279,7 +281,7 @@ mod tests {
     #[test]
     fn factory_registers_both_halves() {
         let ctx = CreateContext::new(
-            crate::component::ComponentId::parse("bearertokenauth/a").unwrap(),
+            crate::vocab::ComponentId::parse("bearertokenauth/a").unwrap(),
             Arc::new(crate::telemetry::Telemetry::new()),
         );
         let host = ctx.host.clone();

@@ -3,9 +3,9 @@
 //! headers on each send).
 
 use crate::auth::{AuthError, AuthSettings, ClientAuth};
-use crate::component::FieldError;
 use crate::exporterhelper::SendError;
 use crate::host::Host;
+use crate::vocab::FieldError;
 use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::Arc;

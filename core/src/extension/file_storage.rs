@@ -4,10 +4,12 @@
 //! [`crate::queue`]); otelcol's bbolt `compaction` keys are accepted and documented, space being
 //! reclaimed by deleting fully acknowledged segments as soon as they are.
 
-use crate::component::{ComponentError, CreateContext, Extension, ExtensionFactory, FieldError, parse_config};
-use crate::graph::StatusHandle;
+use crate::component::{Extension, ExtensionFactory};
+use crate::host::CreateContext;
+use crate::host::StatusHandle;
 use crate::pdata::Signal;
 use crate::settings::GoDuration;
+use crate::vocab::{ComponentError, FieldError, parse_config};
 use async_trait::async_trait;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -184,8 +186,8 @@ impl Extension for FileStorageExtension {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::component::ComponentId;
     use crate::telemetry::Telemetry;
+    use crate::vocab::ComponentId;
     use serde_json::json;
     use std::sync::Arc;
 

@@ -17,7 +17,9 @@
 
 use super::bearertokenauth::Passive;
 use crate::auth::{AuthError, Authenticator, ClientAuth, ClientInfo};
-use crate::component::{ComponentError, CreateContext, Extension, ExtensionFactory, FieldError, parse_config};
+use crate::component::{Extension, ExtensionFactory};
+use crate::host::CreateContext;
+use crate::vocab::{ComponentError, FieldError, parse_config};
 use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 use std::sync::Arc;

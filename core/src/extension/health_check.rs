@@ -1,12 +1,14 @@
 //! Extension `health_check`: an HTTP endpoint answering 200 while every pipeline runs, 503 otherwise.
 
 use crate::auth::{AuthSettings, ServerAuth};
-use crate::component::{ComponentError, CreateContext, Extension, ExtensionFactory, FieldError, parse_config};
-use crate::graph::StatusHandle;
+use crate::component::{Extension, ExtensionFactory};
+use crate::host::CreateContext;
+use crate::host::StatusHandle;
 use crate::server::{Limits, ListenError, Listener, Role};
 use crate::settings::{GoDuration, HostPort};
 use crate::telemetry::Telemetry;
 use crate::tls::server::TlsServerSettings;
+use crate::vocab::{ComponentError, FieldError, parse_config};
 use async_trait::async_trait;
 use axum::http::StatusCode;
 use serde::Deserialize;

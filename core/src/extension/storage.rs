@@ -1,12 +1,14 @@
 //! Extension `storage`: where checkpointed state lives (an embedded redb file in `directory`),
 //! restored at start, saved every `checkpoint_interval` and at shutdown.
 
-use crate::component::{ComponentError, CreateContext, Extension, ExtensionFactory, FieldError, parse_config};
-use crate::graph::StatusHandle;
+use crate::component::{Extension, ExtensionFactory};
+use crate::host::CreateContext;
 use crate::host::Host;
+use crate::host::StatusHandle;
 use crate::settings::GoDuration;
 use crate::state::{OnCorrupt, StateError, Store};
 use crate::telemetry::Telemetry;
+use crate::vocab::{ComponentError, FieldError, parse_config};
 use async_trait::async_trait;
 use serde::Deserialize;
 use std::path::PathBuf;

@@ -13,11 +13,12 @@
 pub mod inflate;
 
 use crate::settings::HostPort;
-use crate::telemetry::ListenerMetrics;
 use crate::tls::server::{ServerTlsError, TlsServerSettings};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,6 +29,24 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+
+/// Counters and gauges of one listener (registered as the `inferwatch_listener_*` families by
+/// [`crate::telemetry::Telemetry::listener`]).
+#[derive(Clone, Default)]
+pub struct ListenerMetrics {
+    /// Connections open now.
+    pub connections: Gauge,
+    /// Connections closed at once at the cap (all busy).
+    pub refused: Counter,
+    /// Idle connections closed to make room.
+    pub evicted: Counter,
+    /// Connections closed by a timeout.
+    pub timed_out: Counter,
+    /// Failed or timed-out TLS handshakes.
+    pub tls_handshake_failures: Counter,
+    /// Accept errors.
+    pub accept_errors: Counter,
+}
 
 /// File descriptors left for everything but the listeners (exporter connections, files, state).
 pub const FD_RESERVE: u64 = 256;

@@ -6,8 +6,8 @@
 //! full [`rustls::ClientConfig`]; the `otlp` exporter hands the same verifier and the client
 //! identity to tonic.
 
-use crate::component::FieldError;
 use crate::settings::TlsClientSettings;
+use crate::vocab::FieldError;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};

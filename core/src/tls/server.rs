@@ -6,8 +6,8 @@
 //! `client_ca_file` turns on mutual TLS: every client must present a certificate signed by
 //! one of those CAs.
 
-use crate::component::FieldError;
 use crate::settings::GoDuration;
+use crate::vocab::FieldError;
 use parking_lot::Mutex;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;

@@ -1,5 +1,5 @@
 //! Processor `lstm_ae`: an LSTM autoencoder over multi-signal feature windows, run through ONNX
-//! Runtime (spec §8, docs/lstm-ae.md). Scores are the masked reconstruction error of each window,
+//! Runtime (docs/lstm-ae.md). Scores are the masked reconstruction error of each window,
 //! mapped to a level by the card's calibration.
 
 pub mod model;
@@ -22,6 +22,12 @@ use std::time::Duration;
 pub const DETECTOR: &str = "lstm_ae";
 /// The default model.
 pub const DEFAULT_MODEL: &str = "models/lstm_ae_default.onnx";
+/// `inferwatch_lstm_ae_runtime_available{processor}`: 1 with ONNX Runtime loaded, 0 when disabled without it.
+pub const RUNTIME_AVAILABLE: inferwatch_core::telemetry::Gauges<1> = inferwatch_core::telemetry::Gauges::new(
+    "inferwatch_lstm_ae_runtime_available",
+    "1 when a learned detector has ONNX Runtime loaded, 0 when it is disabled without it",
+    ["processor"],
+);
 
 /// What to do when ONNX Runtime is missing or too old.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -110,9 +116,7 @@ impl ArrowProcessorFactory for LstmAeFactory {
         cfg: &serde_json::Value,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        if signal != Signal::Metrics {
-            return Err(ComponentError::Start(format!("lstm_ae reads metrics, not {}", signal.as_str())));
-        }
+        inferwatch_processors::detect::config::metrics_only("lstm_ae", signal)?;
         let cfg: LstmAeConfig = parse_config(cfg)?;
         create(&ctx, &cfg, &Search::from_process(cfg.runtime_library.clone()))
     }
@@ -142,7 +146,7 @@ pub fn create(
                 OnMissingRuntime::Fail => Err(start(e.to_string())),
                 OnMissingRuntime::Disable => {
                     tracing::warn!(processor = %ctx.id, error = %e, "lstm_ae disabled (on_missing_runtime: disable): data passes through unscored");
-                    ctx.telemetry.lstm_ae_runtime_available(&ctx.id).set(0);
+                    RUNTIME_AVAILABLE.get(&ctx.telemetry, [&ctx.id.to_string()]).set(0);
                     Ok(Box::new(Disabled))
                 }
             };
@@ -151,7 +155,7 @@ pub fn create(
     };
     let model = OrtModel::open(&rt, &cfg.model, &card, cfg.execution_provider, cfg.intra_threads)
         .map_err(|e| start(e.to_string()))?;
-    ctx.telemetry.lstm_ae_runtime_available(&ctx.id).set(1);
+    RUNTIME_AVAILABLE.get(&ctx.telemetry, [&ctx.id.to_string()]).set(1);
     tracing::info!(
         processor = %ctx.id, model = %cfg.model.display(), library = %rt.library().display(),
         provider = model.provider().as_str(), "lstm_ae ready"

@@ -120,9 +120,7 @@ impl ArrowProcessorFactory for PcaFactory {
         cfg: &serde_json::Value,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        if signal != Signal::Metrics {
-            return Err(ComponentError::Start(format!("pca reads metrics, not {}", signal.as_str())));
-        }
+        inferwatch_processors::detect::config::metrics_only("pca", signal)?;
         let cfg: PcaConfig = parse_config(cfg)?;
         Ok(Box::new(create(&ctx, &cfg)?))
     }

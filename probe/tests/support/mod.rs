@@ -1,4 +1,3 @@
-//! Test servers: the OpenAI-compatible stub and the OTLP capture server.
+//! Test servers: the OpenAI-compatible stub (the OTLP capture server is `inferwatch_testkit::capture`).
 
-pub mod capture;
 pub mod stub;

@@ -14,6 +14,7 @@ pub const ALERTNAMES: &[(&str, &str)] = &[
     ("slo_burn", "LLMSloBurnRate"),
     ("trend_forecast", "LLMBreachForecast"),
     ("zscore_skew", "LLMLatencyAnomaly"),
+    ("ewma_chart", "LLMLatencyAnomaly"),
     ("kv_pressure", "LLMKvCachePressure"),
     ("delta_ab", "LLMVersionRegression"),
     ("coupled_model", "LLMUnexplainedLatency"),
@@ -209,6 +210,7 @@ pub fn facts(s: &Subject<'_>) -> Facts {
     let slo_threshold = s.f64("slo.threshold");
     let mut f = match s.detector() {
         "zscore_skew" => Facts { value: s.f64("value"), baseline: s.f64("zscore.mean"), ..Facts::default() },
+        "ewma_chart" => Facts { value: s.f64("value"), baseline: s.f64("ewma.baseline"), ..Facts::default() },
         "trend_forecast" => Facts {
             value: s.f64("value"),
             threshold: s.f64("threshold"),

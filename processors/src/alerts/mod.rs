@@ -14,6 +14,7 @@ pub mod input;
 pub mod lifecycle;
 pub mod record;
 
+use crate::detect::config::nanos;
 use async_trait::async_trait;
 use inferwatch_core::component::{
     ComponentError, ComponentId, ConnectorFactory, CreateContext, FieldError, Node, NodeRef, parse_config,
@@ -141,10 +142,6 @@ pub const KNOWN_DETECTORS: &[&str] =
 
 /// Shortest interval between two points of trend_forecast with its default `aggregate` (1h).
 pub const TREND_FORECAST_CADENCE_S: u64 = 3600;
-
-fn nanos(key: &str, d: &GoDuration) -> Result<u64, FieldError> {
-    u64::try_from(d.0.as_nanos()).map_err(|_| FieldError::at(key, format!("{d} is too long (at most ~584 years)")))
-}
 
 fn thresholds(at: &str, warning: f64, critical: f64) -> Result<Thresholds, FieldError> {
     if !(warning.is_finite() && warning > 0.0 && warning <= 1.0) {

@@ -1,4 +1,4 @@
-//! Processor `coupled_model`: the four-signal coupled model of spec §4, fitted online per group.
+//! Processor `coupled_model`: the four-signal coupled model (docs/detectors/coupled_model.md), fitted online per group.
 //!
 //! `L = α·(1/T) + β·F + γ·(1 − Q) + c + ε` (L e2e latency, T throughput, F TTFT, Q quality) is
 //! fitted per (model, version, instance) by recursive least squares with exponential forgetting
@@ -11,9 +11,12 @@ pub mod fit;
 pub mod rls;
 pub mod state;
 
-use crate::delta_ab::rows::{self, Rows};
-use crate::detect::{self, Output, Point, kv_f64, kv_i64, kv_str};
-use crate::zscore_skew::LevelConfig;
+use crate::detect::config::nanos;
+use crate::detect::group;
+use crate::detect::level::LevelConfig;
+use crate::detect::limits::SeriesLimits;
+use crate::detect::rows::{self, Rows};
+use crate::detect::{Output, Point, kv_f64, kv_i64, kv_str};
 use arrow_array::{Array, Float64Array, RecordBatch, StringArray, UInt8Array};
 use fit::{Model, Shape, Step};
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, schema};
@@ -31,7 +34,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 /// Version of the checkpoint format written by [`CoupledModel`].
-pub const STATE_VERSION: u32 = 1;
+pub const STATE_VERSION: u32 = 2;
 /// The `detector` attribute of the output.
 pub const DETECTOR: &str = "coupled_model";
 /// Gauge of α (coefficient of 1/T).
@@ -42,8 +45,6 @@ pub const BETA: &str = "llm.coupled.beta";
 pub const GAMMA: &str = "llm.coupled.gamma";
 /// Gauge of the exponentially weighted R².
 pub const R2: &str = "llm.coupled.r2";
-/// The point attribute tried for the model when `gen_ai.request.model` is missing (raw vLLM label).
-pub const MODEL_FALLBACK: &str = "model_name";
 
 /// Starting values of the coefficients (the study's fit).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -65,7 +66,7 @@ impl Default for Initial {
 
 /// Settings of `coupled_model`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(remote = "Self", deny_unknown_fields, default)]
 pub struct CoupledModelConfig {
     /// End-to-end latency L (default llm.e2e.p95).
     pub latency_metric: String,
@@ -79,8 +80,6 @@ pub struct CoupledModelConfig {
     pub group_by: Vec<String>,
     /// Length of the tumbling event-time buckets in which the inputs are joined (default 1m).
     pub align: GoDuration,
-    /// How late a point may arrive and still count (default 0s).
-    pub allowed_lateness: GoDuration,
     /// Forgetting factor λ of the fit, R² and running means (default 0.995; 0.5..=1).
     pub forgetting: f64,
     /// Starting coefficients.
@@ -91,11 +90,14 @@ pub struct CoupledModelConfig {
     pub min_updates: u64,
     /// Standardised residual → level mapping (default 3 → 0, 6 → 1).
     pub residual_level: LevelConfig,
-    /// Most groups held; beyond it the least recently seen 10 % are evicted (default 10000).
-    pub max_series: usize,
-    /// Event time without input after which a group is forgotten (default 1h; > align).
-    pub idle_timeout: GoDuration,
+    /// `allowed_lateness` (default 0s), `max_series` (default 10000; groups held, beyond it the
+    /// least recently seen 10 % are evicted) and `idle_timeout` (default 1h; > align; event time
+    /// without input after which a group is forgotten), top-level keys.
+    #[serde(skip)]
+    pub limits: SeriesLimits,
 }
+
+crate::detect::limits::with_series_limits!(CoupledModelConfig, crate::detect::limits::ALL);
 
 impl Default for CoupledModelConfig {
     fn default() -> Self {
@@ -110,20 +112,18 @@ impl Default for CoupledModelConfig {
                 schema::SERVICE_INSTANCE_ID.into(),
             ],
             align: GoDuration(Duration::from_secs(60)),
-            allowed_lateness: GoDuration(Duration::ZERO),
             forgetting: 0.995,
             initial: Initial::default(),
             intercept: true,
             min_updates: 30,
             residual_level: LevelConfig::default(),
-            max_series: 10_000,
-            idle_timeout: GoDuration(Duration::from_secs(3600)),
+            limits: SeriesLimits {
+                max_series: 10_000,
+                idle_timeout: GoDuration(Duration::from_secs(3600)),
+                allowed_lateness: GoDuration(Duration::ZERO),
+            },
         }
     }
-}
-
-fn nanos(key: &str, d: &GoDuration) -> Result<u64, FieldError> {
-    u64::try_from(d.0.as_nanos()).map_err(|_| FieldError::at(key, format!("{d} is too long (at most ~584 years)")))
 }
 
 /// A checked configuration in the units the processor uses.
@@ -168,10 +168,6 @@ impl CoupledModelConfig {
         if align_ns == 0 {
             return Err(FieldError::at("align", "must be greater than 0"));
         }
-        let idle_ns = nanos("idle_timeout", &self.idle_timeout)?;
-        if idle_ns <= align_ns {
-            return Err(FieldError::at("idle_timeout", "must be longer than align"));
-        }
         if !(self.forgetting.is_finite() && (0.5..=1.0).contains(&self.forgetting)) {
             return Err(FieldError::at("forgetting", format!("must be between 0.5 and 1, got {}", self.forgetting)));
         }
@@ -194,8 +190,9 @@ impl CoupledModelConfig {
                 format!("must be a finite number above residual_level.zero, got {one}"),
             ));
         }
-        if self.max_series == 0 {
-            return Err(FieldError::at("max_series", "must be at least 1"));
+        let limits = self.limits.check()?;
+        if limits.idle_ns <= align_ns {
+            return Err(FieldError::at("idle_timeout", "must be longer than align"));
         }
         let shape = Shape { quality: self.quality_metric.is_some(), intercept: self.intercept };
         let mut theta0 = vec![alpha, beta];
@@ -206,14 +203,14 @@ impl CoupledModelConfig {
             theta0.push(0.0);
         }
         Ok(Checked {
-            params: Params { max_series: self.max_series, idle_ns, dim: shape.dim() },
+            params: Params { max_series: limits.max_series, idle_ns: limits.idle_ns, dim: shape.dim() },
             shape,
             theta0,
             roles,
             latency_metric: self.latency_metric.clone(),
             group_by: self.group_by.clone(),
             align_ns,
-            lateness_ns: nanos("allowed_lateness", &self.allowed_lateness)?,
+            lateness_ns: limits.lateness_ns,
             lambda: self.forgetting,
             min_updates: self.min_updates,
             level: self.residual_level,
@@ -236,9 +233,7 @@ impl ArrowProcessorFactory for CoupledModelFactory {
         cfg: &serde_json::Value,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        if signal != Signal::Metrics {
-            return Err(ComponentError::Start(format!("coupled_model reads metrics, not {}", signal.as_str())));
-        }
+        crate::detect::config::metrics_only(DETECTOR, signal)?;
         Ok(Box::new(CoupledModel::new(&ctx, cfg)?))
     }
 }
@@ -292,13 +287,6 @@ impl CoupledModel {
     }
 }
 
-fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, ConvError> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<T>())
-        .ok_or_else(|| ConvError::Schema(format!("coupled_model: no column {name} of the expected type")))
-}
-
 /// Whether `value` of `input` is in its domain.
 fn in_domain(input: Input, value: f64) -> bool {
     match input {
@@ -312,18 +300,7 @@ impl Checked {
     /// The group of a row: each `group_by` attribute from the point, else the resource ("" when
     /// neither has it); `gen_ai.request.model` falls back to the point attribute `model_name`.
     fn group_of(&self, rows: &mut Rows<'_>, row: usize, attrs: &[KeyValue]) -> Result<Vec<String>, ConvError> {
-        let mut key = Vec::with_capacity(self.group_by.len());
-        for g in &self.group_by {
-            let mut v = rows::point_string(attrs, g);
-            if v.is_none() && g == "gen_ai.request.model" {
-                v = rows::point_string(attrs, MODEL_FALLBACK);
-            }
-            if v.is_none() {
-                v = rows::lookup(rows, row, &[], g)?;
-            }
-            key.push(v.unwrap_or_default());
-        }
-        Ok(key)
+        group::values(&self.group_by, rows, row, attrs, true)
     }
 
     /// The group's output attributes (the non-empty `group_by` values).
@@ -389,7 +366,7 @@ impl Checked {
             evidence.push(kv_f64("coupled.r2", r2));
         }
         evidence.push(kv_i64("coupled.updates", i64::try_from(step.updates_before).unwrap_or(i64::MAX)));
-        let level = detect::linear_level(score, self.level.zero, self.level.one);
+        let level = self.level.level(score);
         out.score(&resource, &scope, &group, joined.time, DETECTOR, &self.latency_metric, score, level, &evidence);
         Ok(())
     }
@@ -430,9 +407,9 @@ impl ArrowProcessor for CoupledModel {
 
     fn process(&mut self, batch: &RecordBatch, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
         let mut rows = Rows::new(batch)?;
-        let names = column::<StringArray>(batch, schema::METRIC_NAME)?;
-        let kinds = column::<UInt8Array>(batch, schema::KIND)?;
-        let values = column::<Float64Array>(batch, schema::VALUE)?;
+        let names = rows::column::<StringArray>(batch, schema::METRIC_NAME)?;
+        let kinds = rows::column::<UInt8Array>(batch, schema::KIND)?;
+        let values = rows::column::<Float64Array>(batch, schema::VALUE)?;
         let cfg = &self.cfg;
         let mut evicted = 0usize;
         for row in 0..rows.len() {
@@ -455,7 +432,7 @@ impl ArrowProcessor for CoupledModel {
             }
             let attrs = rows.attributes(row)?;
             let key = cfg.group_of(&mut rows, row, &attrs)?;
-            let (n, group) = self.state.touch(&key, p.time, || Model::new(cfg.theta0.clone(), rls::DEFAULT_DELTA));
+            let (n, group) = self.state.touch(key, p.time, || Model::new(cfg.theta0.clone(), rls::DEFAULT_DELTA));
             evicted += n;
             let Some(group) = group else { continue };
             let bucket = group.buckets.entry(b).or_default();
@@ -479,7 +456,7 @@ impl ArrowProcessor for CoupledModel {
         let (mut incomplete, mut resets) = (0u64, 0u64);
         if limit > self.state.closed_below {
             self.state.closed_below = limit;
-            for (key, group) in self.state.groups.iter_mut() {
+            for (key, group) in self.state.series.iter_mut() {
                 while let Some(entry) = group.buckets.first_entry() {
                     if *entry.key() >= limit {
                         break;

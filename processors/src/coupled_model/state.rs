@@ -1,9 +1,14 @@
 //! The state of `coupled_model`: per group, the open aligned buckets (last value of each input)
-//! and the online model; least-recently-seen eviction, idle expiry, and the checkpoint form.
+//! and the online model, held in the kit's [`OrderedSeriesMap`] (eviction, idle expiry, the
+//! checkpoint envelope).
 
+use super::STATE_VERSION;
 use super::fit::Model;
+use crate::detect::series::OrderedSeriesMap;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+pub use crate::detect::series::RestoreError;
 
 /// The inputs joined in a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,8 +80,6 @@ pub struct Group {
     pub buckets: BTreeMap<u64, Bucket>,
     /// The online model.
     pub model: Model,
-    last_point: u64,
-    last_seen: u64,
 }
 
 /// Parameters of the state (from the configuration; not checkpointed).
@@ -93,103 +96,62 @@ pub struct Params {
 /// Every group.
 pub struct State {
     params: Params,
-    /// Groups by their `group_by` values.
-    pub groups: BTreeMap<Vec<String>, Group>,
+    /// Groups by their `group_by` values, in key order (the order of the outputs).
+    pub series: OrderedSeriesMap<Vec<String>, Group>,
     /// Buckets below this index are closed (a point for one is late).
     pub closed_below: u64,
-    seq: u64,
 }
 
 impl State {
     /// An empty state.
     pub fn new(params: Params) -> Self {
-        State { params, groups: BTreeMap::new(), closed_below: 0, seq: 0 }
+        State { params, series: OrderedSeriesMap::new(params.max_series, params.idle_ns), closed_below: 0 }
     }
 
     /// Number of groups held.
     pub fn series_count(&self) -> usize {
-        self.groups.len()
+        self.series.len()
     }
 
     /// The group `key` after a point at `time` (created with `model()` if new, evicting the least
     /// recently seen 10 % at `max_series`), and the number of groups evicted.
-    pub fn touch(&mut self, key: &[String], time: u64, model: impl FnOnce() -> Model) -> (usize, Option<&mut Group>) {
-        let mut evicted = 0;
-        if !self.groups.contains_key(key) {
-            if self.groups.len() >= self.params.max_series {
-                evicted = self.evict_least_recent();
-            }
-            let g = Group { buckets: BTreeMap::new(), model: model(), last_point: time, last_seen: 0 };
-            self.groups.insert(key.to_vec(), g);
+    pub fn touch(&mut self, key: Vec<String>, time: u64, model: impl FnOnce() -> Model) -> (usize, Option<&mut Group>) {
+        let make = || Group { buckets: BTreeMap::new(), model: model() };
+        let Some(t) = self.series.touch(&key, time, make, |_, _| {}) else { return (0, None) };
+        if t.evicted > 0 {
+            tracing::debug!(
+                evicted = t.evicted,
+                max_series = self.params.max_series,
+                "coupled_model: evicted least recently seen groups"
+            );
         }
-        self.seq += 1;
-        let seq = self.seq;
-        match self.groups.get_mut(key) {
-            Some(g) => {
-                g.last_seen = seq;
-                g.last_point = g.last_point.max(time);
-                (evicted, Some(g))
-            }
-            None => (evicted, None),
-        }
-    }
-
-    fn evict_least_recent(&mut self) -> usize {
-        let max = self.params.max_series;
-        let excess = (self.groups.len() + 1).saturating_sub(max);
-        let n = (max / 10).max(1).max(excess).min(self.groups.len());
-        let mut by_age: Vec<(u64, Vec<String>)> = self.groups.iter().map(|(k, g)| (g.last_seen, k.clone())).collect();
-        by_age.sort_unstable();
-        for (_, key) in by_age.into_iter().take(n) {
-            self.groups.remove(&key);
-        }
-        tracing::debug!(evicted = n, max_series = max, "coupled_model: evicted least recently seen groups");
-        n
+        (t.evicted, Some(t.state))
     }
 
     /// Forgets groups without open buckets and without input for `idle_ns` before `watermark`;
     /// returns how many.
     pub fn expire(&mut self, watermark: u64) -> usize {
-        let idle = self.params.idle_ns;
-        let before = self.groups.len();
-        self.groups.retain(|_, g| !g.buckets.is_empty() || g.last_point.saturating_add(idle) > watermark);
-        before - self.groups.len()
+        self.series.expire_idle(watermark, |g| (!g.buckets.is_empty()).then_some(0), |_, _| {})
     }
 
     /// Serializes the state (groups in key order, so equal states give equal bytes).
     pub fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
-        let groups: Vec<(&Vec<String>, &Group)> = self.groups.iter().collect();
-        postcard::to_allocvec(&(self.seq, self.closed_below, groups))
+        self.series.snapshot(STATE_VERSION, &self.closed_below, |_, g| g)
     }
 
     /// Replaces the state with a snapshot; the state is unchanged on error.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), RestoreError> {
-        let (seq, closed_below, list): (u64, u64, Vec<(Vec<String>, Group)>) = postcard::from_bytes(bytes)?;
-        let mut groups = BTreeMap::new();
-        for (k, g) in list {
-            if !g.model.is_valid(self.params.dim) {
+        let dim = self.params.dim;
+        let (closed_below, series) = self.series.restore(STATE_VERSION, bytes, |_, g: Group| {
+            if !g.model.is_valid(dim) {
                 return Err(RestoreError::Invalid("a model does not fit the configured terms (quality / intercept)"));
             }
-            if groups.insert(k, g).is_some() {
-                return Err(RestoreError::Invalid("duplicate group"));
-            }
-        }
-        self.groups = groups;
-        self.seq = seq;
+            Ok(g)
+        })?;
+        self.series = series;
         self.closed_below = closed_below;
         Ok(())
     }
-}
-
-/// Why a snapshot could not be restored.
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    /// The bytes do not decode.
-    #[error("decode: {0}")]
-    Decode(#[from] postcard::Error),
-    /// The state violates an invariant.
-    #[error("invalid state: {0}")]
-    Invalid(&'static str),
 }
 
 #[cfg(test)]
@@ -222,12 +184,12 @@ mod tests {
     fn eviction_expiry_and_snapshot() {
         let mut st = State::new(params(3));
         for (i, k) in ["a", "b", "c"].iter().enumerate() {
-            st.touch(&key(k), i as u64, model);
+            st.touch(key(k), i as u64, model);
         }
-        st.touch(&key("a"), 3, model);
-        assert_eq!(st.touch(&key("d"), 4, model).0, 1);
-        assert!(!st.groups.contains_key(&key("b")), "b was the least recently seen");
-        st.groups.get_mut(&key("c")).unwrap().buckets.insert(0, Bucket::default());
+        st.touch(key("a"), 3, model);
+        assert_eq!(st.touch(key("d"), 4, model).0, 1);
+        assert!(!st.series.contains_key(&key("b")), "b was the least recently seen");
+        st.series.get_mut(&key("c")).unwrap().buckets.insert(0, Bucket::default());
         assert_eq!(st.expire(104), 2, "a (3) and d (4) are idle; c has an open bucket");
         assert_eq!(st.series_count(), 1);
         let bytes = st.snapshot().unwrap();

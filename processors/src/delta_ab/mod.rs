@@ -1,4 +1,4 @@
-//! Processor `delta_ab`: the Delta-Metric between a baseline and a candidate version (spec §3).
+//! Processor `delta_ab`: the Delta-Metric between a baseline and a candidate version (docs/detectors/delta_ab.md).
 //!
 //! Reads the number points of one metric, splits them by version (point attribute
 //! `version_attribute`, else the resource attribute) and by group (`group_by`), and per
@@ -12,11 +12,14 @@
 //! comparison is paired. Output at each window's end: `llm.anomaly.score` = Δ and
 //! `llm.anomaly.level`. Semantics: docs/detectors/delta_ab.md.
 
-pub mod rows;
 pub mod state;
 pub mod stats;
 pub mod verdict;
 
+use crate::detect::config::nanos;
+use crate::detect::group;
+use crate::detect::limits::SeriesLimits;
+use crate::detect::rows::{self, Rows};
 use crate::detect::{Output, kv_f64, kv_i64, kv_str};
 use arrow_array::RecordBatch;
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, schema};
@@ -26,7 +29,6 @@ use inferwatch_core::settings::GoDuration;
 use inferwatch_core::state::StateError;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use prometheus_client::metrics::counter::Counter;
-use rows::Rows;
 use serde::Deserialize;
 use state::{Eval, Evicted, Lookback, Meta, Pairing, Params, State};
 use stats::{Bootstrap, Estimate, Kind, Sample, Statistic, window_seed};
@@ -35,11 +37,11 @@ use std::time::Duration;
 use verdict::{Rule, Verdict};
 
 /// Version of the checkpoint format written by [`DeltaAb`].
-pub const STATE_VERSION: u32 = 3;
+pub const STATE_VERSION: u32 = 4;
 /// The `detector` attribute of the output.
 pub const DETECTOR: &str = "delta_ab";
 
-/// Thresholds on Δ, one per kind (spec §3).
+/// Thresholds on Δ, one per kind (docs/detectors/delta_ab.md).
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Thresholds {
@@ -59,7 +61,7 @@ impl Default for Thresholds {
 
 /// Settings of `delta_ab`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(remote = "Self", deny_unknown_fields, default)]
 pub struct DeltaAbConfig {
     /// Metric compared (exact name; required).
     pub metric: String,
@@ -102,13 +104,14 @@ pub struct DeltaAbConfig {
     pub warning_needs_significance: bool,
     /// Most values kept per version and window; beyond, a uniform reservoir (default 10000; ≥ min_samples).
     pub max_samples: usize,
-    /// How late a point may arrive and still count (default 0s).
-    pub allowed_lateness: GoDuration,
-    /// Most groups held; beyond it the least recently seen 10 % are evicted (default 1000).
-    pub max_series: usize,
-    /// Event time without a point after which a group is forgotten (default 1h).
-    pub idle_timeout: GoDuration,
+    /// `allowed_lateness` (default 0s), `max_series` (default 1000; groups held, beyond it the
+    /// least recently seen 10 % are evicted) and `idle_timeout` (default 1h; event time without a
+    /// point after which a group is forgotten), top-level keys.
+    #[serde(skip)]
+    pub limits: SeriesLimits,
 }
+
+crate::detect::limits::with_series_limits!(DeltaAbConfig, crate::detect::limits::ALL);
 
 impl Default for DeltaAbConfig {
     fn default() -> Self {
@@ -132,9 +135,11 @@ impl Default for DeltaAbConfig {
             request_id_attribute: "gen_ai.request.id".into(),
             warning_needs_significance: true,
             max_samples: 10_000,
-            allowed_lateness: GoDuration(Duration::ZERO),
-            max_series: 1000,
-            idle_timeout: GoDuration(Duration::from_secs(3600)),
+            limits: SeriesLimits {
+                max_series: 1000,
+                idle_timeout: GoDuration(Duration::from_secs(3600)),
+                allowed_lateness: GoDuration(Duration::ZERO),
+            },
         }
     }
 }
@@ -147,10 +152,6 @@ pub const VERDICT_ENDED: &str = "ended";
 
 /// The longest `lookback`: 7 days.
 pub const MAX_LOOKBACK: Duration = Duration::from_secs(7 * 24 * 3600);
-
-fn nanos(key: &str, d: &GoDuration) -> Result<u64, FieldError> {
-    u64::try_from(d.0.as_nanos()).map_err(|_| FieldError::at(key, format!("{d} is too long (at most ~584 years)")))
-}
 
 /// A checked configuration in the units the processor uses.
 #[derive(Debug, Clone)]
@@ -235,9 +236,7 @@ impl DeltaAbConfig {
         if self.max_samples < self.min_samples {
             return Err(FieldError::at("max_samples", "must be at least min_samples"));
         }
-        if self.max_series == 0 {
-            return Err(FieldError::at("max_series", "must be at least 1"));
-        }
+        let limits = self.limits.check()?;
         let lookback_ns = match &self.lookback {
             None => window_ns,
             Some(d) => {
@@ -281,13 +280,13 @@ impl DeltaAbConfig {
         Ok(Checked {
             params: Params {
                 window_ns,
-                idle_ns: nanos("idle_timeout", &self.idle_timeout)?,
-                max_series: self.max_series,
+                idle_ns: limits.idle_ns,
+                max_series: limits.max_series,
                 max_samples: self.max_samples,
                 lookback_ns,
                 max_points: self.max_points,
             },
-            lateness_ns: nanos("allowed_lateness", &self.allowed_lateness)?,
+            lateness_ns: limits.lateness_ns,
             metric: self.metric.clone(),
             version_attribute: self.version_attribute.clone(),
             pairing,
@@ -324,9 +323,7 @@ impl ArrowProcessorFactory for DeltaAbFactory {
         cfg: &serde_json::Value,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        if signal != Signal::Metrics {
-            return Err(ComponentError::Start(format!("delta_ab reads metrics, not {}", signal.as_str())));
-        }
+        crate::detect::config::metrics_only(DETECTOR, signal)?;
         let checked = parse_config::<DeltaAbConfig>(cfg)?.check()?;
         Ok(Box::new(DeltaAb::new(checked, &ctx)))
     }
@@ -542,10 +539,7 @@ impl ArrowProcessor for DeltaAb {
             if !wanted {
                 continue;
             }
-            let mut key = Vec::with_capacity(cfg.group_by.len());
-            for g in &cfg.group_by {
-                key.push(rows::lookup(&mut rows, row, &attrs, g)?.unwrap_or_default());
-            }
+            let key = group::values(&cfg.group_by, &mut rows, row, &attrs, false)?;
             let id = if cfg.request_id_attribute.is_empty() {
                 0
             } else {
@@ -553,7 +547,7 @@ impl ArrowProcessor for DeltaAb {
                     .filter(|s| !s.is_empty())
                     .map_or(0, |s| id_hash(&s))
             };
-            let added = self.state.add(&key, p.time, p.value, &version, id, || {
+            let added = self.state.add(key, p.time, p.value, &version, id, || {
                 let resource = rows.resource(row)?.clone();
                 let scope = rows.scope(row)?.clone();
                 Ok::<_, ConvError>((resource, scope))

@@ -1,15 +1,19 @@
 //! The state of `delta_ab`: per group, the open tumbling windows with the values of each version,
 //! the ring of closed windows still inside the look-back, the version table (with automatic
 //! pairing: each version's first and last point, the pair compared, the pairs that ended),
-//! eviction, and the checkpoint form.
+//! held in the kit's [`SeriesMap`] (eviction, idle expiry, the checkpoint envelope).
 
+use super::STATE_VERSION;
 use super::stats::{FNV_OFFSET, XorShift, fnv1a, splitmix64, window_seed};
+use crate::detect::series::SeriesMap;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+pub use crate::detect::series::RestoreError;
 
 /// Parameters of the state (from the configuration; not checkpointed but `window_ns`).
 #[derive(Debug, Clone, Copy)]
@@ -154,8 +158,6 @@ struct Group {
     windows: Vec<Window>,
     /// Closed windows that may still enter a later look-back, oldest first.
     ring: VecDeque<Window>,
-    last_point: u64,
-    last_seen: u64,
     /// The (baseline, candidate) compared at the latest evaluation (automatic pairing).
     pair: Option<(String, String)>,
     /// Pairs that ended, oldest first (automatic pairing).
@@ -332,16 +334,8 @@ fn strip<'w>(windows: impl Iterator<Item = &'w mut Window>, version: &str) {
 }
 
 impl Group {
-    fn new(time: u64) -> Self {
-        Group {
-            versions: BTreeMap::new(),
-            windows: Vec::new(),
-            ring: VecDeque::new(),
-            last_point: time,
-            last_seen: 0,
-            pair: None,
-            ended: Vec::new(),
-        }
+    fn new() -> Self {
+        Group { versions: BTreeMap::new(), windows: Vec::new(), ring: VecDeque::new(), pair: None, ended: Vec::new() }
     }
 
     /// Evicts the least recently seen version (one outside the compared pair when there is one)
@@ -374,11 +368,9 @@ impl Group {
 pub struct State {
     params: Params,
     pairing: Pairing,
-    groups: BTreeMap<Vec<String>, Group>,
+    series: SeriesMap<Vec<String>, Group>,
     open: BTreeSet<(u64, Vec<String>)>,
     watermark: u64,
-    seq: u64,
-    next_idle_check: u64,
 }
 
 impl State {
@@ -387,17 +379,15 @@ impl State {
         State {
             params,
             pairing,
-            groups: BTreeMap::new(),
+            series: SeriesMap::new(params.max_series, params.idle_ns),
             open: BTreeSet::new(),
             watermark: 0,
-            seq: 0,
-            next_idle_check: 0,
         }
     }
 
     /// Number of groups held.
     pub fn series_count(&self) -> usize {
-        self.groups.len()
+        self.series.len()
     }
 
     /// Seed of the reservoir of `version` in a window whose seed is `seed`.
@@ -414,7 +404,7 @@ impl State {
     /// was evicted to make room (`max_series`, `max_versions`).
     pub fn add<E>(
         &mut self,
-        key: &[String],
+        key: Vec<String>,
         time: u64,
         value: f64,
         version: &str,
@@ -424,30 +414,34 @@ impl State {
         if time < self.watermark {
             return Ok(Err(Skip::Late));
         }
-        let new_version = self.groups.get(key).is_none_or(|g| !g.versions.contains_key(version));
+        let new_version = self.series.get(&key).is_none_or(|g| !g.versions.contains_key(version));
         let fresh = if new_version { Some(meta()?) } else { None };
         let mut evicted = Evicted::default();
-        if !self.groups.contains_key(key) {
-            if self.groups.len() >= self.params.max_series {
-                evicted.groups = self.evict_least_recent();
-            }
-            self.next_idle_check = self.next_idle_check.min(time.saturating_add(self.params.idle_ns));
-            self.groups.insert(key.to_vec(), Group::new(time));
-        }
-        self.seq += 1;
-        let seq = self.seq;
         let w = self.params.window_ns;
         let start = time - time % w;
         let cap = self.params.max_samples;
-        let seed = window_seed(key, start);
+        let seed = window_seed(&key, start);
         let side_seed = self.side_seed(seed, version);
         let (watermark, max_versions) = match self.pairing {
             Pairing::Auto { max_versions, .. } => (self.watermark, max_versions),
             Pairing::Explicit { .. } => (self.watermark, usize::MAX),
         };
-        let Some(g) = self.groups.get_mut(key) else { return Ok(Ok(evicted)) };
-        g.last_seen = seq;
-        g.last_point = g.last_point.max(time);
+        // The sequence of this touch (the map advances it by one): versions' recency is on the
+        // map's clock.
+        let seq = self.series.seq() + 1;
+        let open = &mut self.open;
+        let evict = |k: &Vec<String>, g: &Group| {
+            for w in &g.windows {
+                open.remove(&(w.end, k.clone()));
+            }
+        };
+        let Some(t) = self.series.touch(&key, time, Group::new, evict) else { return Ok(Ok(evicted)) };
+        if t.evicted > 0 {
+            evicted.groups = t.evicted;
+            let max = self.params.max_series;
+            tracing::debug!(evicted = t.evicted, max_series = max, "delta_ab: evicted least recently seen groups");
+        }
+        let g = t.state;
         match (g.versions.get_mut(version), fresh) {
             (Some(v), _) => v.touched = seq,
             (None, fresh) => {
@@ -463,7 +457,7 @@ impl State {
             Some(i) => i,
             None => {
                 let end = start.saturating_add(w);
-                self.open.insert((end, key.to_vec()));
+                self.open.insert((end, key));
                 g.windows.push(Window { start, end, sides: Vec::new() });
                 g.windows.len() - 1
             }
@@ -489,27 +483,6 @@ impl State {
         Ok(Ok(evicted))
     }
 
-    /// Evicts the least recently seen 10 % of `max_series` (and any excess); returns how many.
-    fn evict_least_recent(&mut self) -> usize {
-        let max = self.params.max_series;
-        let excess = (self.groups.len() + 1).saturating_sub(max);
-        let n = (max / 10).max(1).max(excess).min(self.groups.len());
-        if n == 0 {
-            return 0;
-        }
-        let mut by_age: Vec<(u64, Vec<String>)> = self.groups.iter().map(|(k, g)| (g.last_seen, k.clone())).collect();
-        by_age.sort_unstable();
-        for (_, key) in by_age.into_iter().take(n) {
-            if let Some(g) = self.groups.remove(&key) {
-                for w in &g.windows {
-                    self.open.remove(&(w.end, key.clone()));
-                }
-            }
-        }
-        tracing::debug!(evicted = n, max_series = max, "delta_ab: evicted least recently seen groups");
-        n
-    }
-
     /// Closes every window ending at or before `watermark`, in (end, group) order, passing each
     /// group's outputs for it to `emit`, then keeps it in the group's ring (dropping the windows
     /// no later look-back can use); then forgets idle groups. Returns the number of idle groups
@@ -522,7 +495,7 @@ impl State {
         let due: Vec<(u64, Vec<String>)> = self.open.iter().take_while(|(end, _)| *end <= watermark).cloned().collect();
         for (end, key) in due {
             self.open.remove(&(end, key.clone()));
-            let Some(g) = self.groups.get_mut(&key) else { continue };
+            let Some(g) = self.series.get_mut(&key) else { continue };
             let Some(i) = g.windows.iter().position(|w| w.end == end) else { continue };
             let mut w = g.windows.swap_remove(i);
             let n = lookback_len(&g.ring, &w, &self.params);
@@ -609,23 +582,9 @@ impl State {
     }
 
     fn evict_idle(&mut self) -> usize {
-        if self.watermark < self.next_idle_check {
-            return 0;
-        }
-        let idle = self.params.idle_ns;
         let wm = self.watermark;
-        let before = self.groups.len();
-        self.groups.retain(|_, g| !(g.windows.is_empty() && g.last_point.saturating_add(idle) <= wm));
-        self.next_idle_check = self
-            .groups
-            .values()
-            .map(|g| {
-                let windows_end = g.windows.iter().map(|w| w.end).max().unwrap_or(0);
-                g.last_point.saturating_add(idle).max(windows_end)
-            })
-            .min()
-            .unwrap_or(u64::MAX);
-        let n = before - self.groups.len();
+        // A group with an open window is kept at least until that window closes.
+        let n = self.series.expire_idle(wm, |g| g.windows.iter().map(|w| w.end).max(), |_, _| {});
         if n > 0 {
             tracing::debug!(evicted = n, watermark = wm, "delta_ab: forgot idle groups");
         }
@@ -634,57 +593,44 @@ impl State {
 
     /// Serializes the state (groups in key order, so equal states give equal bytes).
     pub fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
-        let groups = self
-            .groups
-            .iter()
-            .map(|(key, g)| GroupRepr {
-                key: key.clone(),
-                versions: g
-                    .versions
-                    .iter()
-                    .map(|(name, v)| VersionRepr {
-                        name: name.clone(),
-                        resource: v.meta.resource.encode_to_vec(),
-                        scope: v.meta.scope.encode_to_vec(),
-                        seen: v.seen,
-                        touched: v.touched,
-                    })
-                    .collect(),
-                last_point: g.last_point,
-                last_seen: g.last_seen,
-                windows: g.windows.clone(),
-                ring: g.ring.iter().cloned().collect(),
-                pair: g.pair.clone(),
-                ended: g
-                    .ended
-                    .iter()
-                    .map(|e| EndedRepr {
-                        baseline: e.baseline.clone(),
-                        candidate: e.candidate.clone(),
-                        resource: e.meta.resource.encode_to_vec(),
-                        scope: e.meta.scope.encode_to_vec(),
-                        since: e.since,
-                    })
-                    .collect(),
-            })
-            .collect();
-        postcard::to_allocvec(&SnapshotRepr {
-            window_ns: self.params.window_ns,
-            watermark: self.watermark,
-            seq: self.seq,
-            groups,
+        let header = (self.params.window_ns, self.watermark);
+        self.series.snapshot(STATE_VERSION, &header, |_, g| GroupRepr {
+            versions: g
+                .versions
+                .iter()
+                .map(|(name, v)| VersionRepr {
+                    name: name.clone(),
+                    resource: v.meta.resource.encode_to_vec(),
+                    scope: v.meta.scope.encode_to_vec(),
+                    seen: v.seen,
+                    touched: v.touched,
+                })
+                .collect(),
+            windows: g.windows.clone(),
+            ring: g.ring.iter().cloned().collect(),
+            pair: g.pair.clone(),
+            ended: g
+                .ended
+                .iter()
+                .map(|e| EndedRepr {
+                    baseline: e.baseline.clone(),
+                    candidate: e.candidate.clone(),
+                    resource: e.meta.resource.encode_to_vec(),
+                    scope: e.meta.scope.encode_to_vec(),
+                    since: e.since,
+                })
+                .collect(),
         })
     }
 
     /// Replaces the state with a snapshot; the state is unchanged on error.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), RestoreError> {
-        let repr: SnapshotRepr = postcard::from_bytes(bytes)?;
-        if repr.window_ns != self.params.window_ns {
-            return Err(RestoreError::Window { saved: repr.window_ns, configured: self.params.window_ns });
-        }
+        let ((window_ns, watermark), series): ((u64, u64), _) =
+            self.series.restore(STATE_VERSION, bytes, |_, g: GroupRepr| Group::from_repr(g))?;
         let w = self.params.window_ns;
-        let mut groups = BTreeMap::new();
-        let mut open = BTreeSet::new();
+        if window_ns != w {
+            return Err(RestoreError::Params { what: "window", found: window_ns, expected: w });
+        }
         let valid = |win: &Window, versions: &BTreeMap<String, Version>| {
             let sides_ok = win.sides.iter().enumerate().all(|(i, s)| {
                 let side = &s.side;
@@ -698,106 +644,70 @@ impl State {
             });
             win.start.is_multiple_of(w) && win.end == win.start.saturating_add(w) && sides_ok
         };
-        for g in repr.groups {
-            let mut versions = BTreeMap::new();
-            for v in g.versions {
-                if v.seen.is_some_and(|(f, l)| f > l) {
-                    return Err(RestoreError::Invalid("version"));
-                }
-                let meta = Meta {
-                    resource: Resource::decode(v.resource.as_slice())?,
-                    scope: InstrumentationScope::decode(v.scope.as_slice())?,
-                };
-                if versions.insert(v.name, Version { meta, seen: v.seen, touched: v.touched }).is_some() {
-                    return Err(RestoreError::Invalid("duplicate version"));
-                }
-            }
+        let mut open = BTreeSet::new();
+        for (key, slot) in series.iter() {
+            let g = &slot.state;
             for win in &g.windows {
-                if !valid(win, &versions) || win.end <= repr.watermark {
+                if !valid(win, &g.versions) || win.end <= watermark {
                     return Err(RestoreError::Invalid("window"));
                 }
-                if !open.insert((win.end, g.key.clone())) {
+                if !open.insert((win.end, key.clone())) {
                     return Err(RestoreError::Invalid("duplicate window"));
                 }
             }
             let mut prev_end = 0;
             for win in &g.ring {
-                if !valid(win, &versions) || win.start < prev_end || win.end > repr.watermark {
+                if !valid(win, &g.versions) || win.start < prev_end || win.end > watermark {
                     return Err(RestoreError::Invalid("look-back window"));
                 }
                 prev_end = win.end;
             }
             if let Some((b, c)) = &g.pair
-                && (b == c || !versions.contains_key(b) || !versions.contains_key(c))
+                && (b == c || !g.versions.contains_key(b) || !g.versions.contains_key(c))
             {
                 return Err(RestoreError::Invalid("pair"));
             }
-            let mut ended = Vec::with_capacity(g.ended.len());
-            for e in g.ended {
-                let meta = Meta {
-                    resource: Resource::decode(e.resource.as_slice())?,
-                    scope: InstrumentationScope::decode(e.scope.as_slice())?,
-                };
-                ended.push(Ended { baseline: e.baseline, candidate: e.candidate, meta, since: e.since });
-            }
-            let group = Group {
-                versions,
-                windows: g.windows,
-                ring: g.ring.into(),
-                last_point: g.last_point,
-                last_seen: g.last_seen,
-                pair: g.pair,
-                ended,
-            };
-            if groups.insert(g.key, group).is_some() {
-                return Err(RestoreError::Invalid("duplicate group"));
-            }
         }
-        self.groups = groups;
+        self.series = series;
         self.open = open;
-        self.watermark = repr.watermark;
-        self.seq = repr.seq;
-        self.next_idle_check = 0;
+        self.watermark = watermark;
         Ok(())
     }
 }
 
-/// Why a snapshot could not be restored.
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    /// The bytes do not decode.
-    #[error("decode: {0}")]
-    Decode(#[from] postcard::Error),
-    /// Embedded protobuf metadata does not decode.
-    #[error("metadata: {0}")]
-    Proto(#[from] prost::DecodeError),
-    /// The checkpoint was written with another window length.
-    #[error("checkpoint has window {saved} ns, the configuration {configured} ns")]
-    Window {
-        /// Window of the checkpoint.
-        saved: u64,
-        /// Window configured now.
-        configured: u64,
-    },
-    /// The state violates an invariant.
-    #[error("invalid state: {0}")]
-    Invalid(&'static str),
+impl Group {
+    /// A group from its checkpoint form (the checks that need the window and the watermark are
+    /// the caller's).
+    fn from_repr(g: GroupRepr) -> Result<Group, RestoreError> {
+        let mut versions = BTreeMap::new();
+        for v in g.versions {
+            if v.seen.is_some_and(|(f, l)| f > l) {
+                return Err(RestoreError::Invalid("version"));
+            }
+            let meta = Meta {
+                resource: Resource::decode(v.resource.as_slice())?,
+                scope: InstrumentationScope::decode(v.scope.as_slice())?,
+            };
+            if versions.insert(v.name, Version { meta, seen: v.seen, touched: v.touched }).is_some() {
+                return Err(RestoreError::Invalid("duplicate version"));
+            }
+        }
+        let mut ended = Vec::with_capacity(g.ended.len());
+        for e in g.ended {
+            let meta = Meta {
+                resource: Resource::decode(e.resource.as_slice())?,
+                scope: InstrumentationScope::decode(e.scope.as_slice())?,
+            };
+            ended.push(Ended { baseline: e.baseline, candidate: e.candidate, meta, since: e.since });
+        }
+        Ok(Group { versions, windows: g.windows, ring: g.ring.into(), pair: g.pair, ended })
+    }
 }
 
-#[derive(Serialize, Deserialize)]
-struct SnapshotRepr {
-    window_ns: u64,
-    watermark: u64,
-    seq: u64,
-    groups: Vec<GroupRepr>,
-}
-
+/// One group in checkpoints (the kit's envelope holds its key, last event time and recency).
 #[derive(Serialize, Deserialize)]
 struct GroupRepr {
-    key: Vec<String>,
     versions: Vec<VersionRepr>,
-    last_point: u64,
-    last_seen: u64,
     windows: Vec<Window>,
     ring: Vec<Window>,
     pair: Option<(String, String)>,
@@ -856,7 +766,7 @@ mod tests {
     fn reservoir_keeps_the_cap_and_counts_every_point() {
         let mut st = State::new(params(10, 50), explicit());
         for i in 0..1000 {
-            st.add(&key("m"), S + i, i as f64, "A", 0, meta).unwrap().unwrap();
+            st.add(key("m"), S + i, i as f64, "A", 0, meta).unwrap().unwrap();
         }
         let mut got = Vec::new();
         st.close_until(60 * S, |_, ev| {
@@ -874,15 +784,15 @@ mod tests {
     fn evicts_least_recent_and_forgets_idle_groups() {
         let mut st = State::new(params(10, 100), explicit());
         for g in 0..10 {
-            st.add(&key(&g.to_string()), S, 1.0, "A", 0, meta).unwrap().unwrap();
+            st.add(key(&g.to_string()), S, 1.0, "A", 0, meta).unwrap().unwrap();
         }
-        st.add(&key("0"), S, 1.0, "B", 0, meta).unwrap().unwrap();
-        assert_eq!(st.add(&key("new"), S, 1.0, "A", 0, meta).unwrap(), Ok(Evicted { groups: 1, versions: 0 }));
+        st.add(key("0"), S, 1.0, "B", 0, meta).unwrap().unwrap();
+        assert_eq!(st.add(key("new"), S, 1.0, "A", 0, meta).unwrap(), Ok(Evicted { groups: 1, versions: 0 }));
         assert_eq!(st.series_count(), 10);
         let mut keys = Vec::new();
         st.close_until(60 * S, |k, _| keys.push(k[0].clone()));
         assert!(!keys.contains(&"1".to_string()) && keys.contains(&"0".to_string()), "{keys:?}");
-        assert_eq!(st.add(&key("0"), 59 * S, 1.0, "A", 0, meta).unwrap(), Err(Skip::Late));
+        assert_eq!(st.add(key("0"), 59 * S, 1.0, "A", 0, meta).unwrap(), Err(Skip::Late));
         assert_eq!(st.close_until(121 * S, |_, _| {}), 10, "no point for idle_timeout");
         assert_eq!(st.series_count(), 0);
     }
@@ -903,7 +813,7 @@ mod tests {
         let mut st = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) }, explicit());
         // Points in windows 0, 1, 2, 3 and 6 (none in 4 and 5).
         for w in [0u64, 1, 2, 3, 6] {
-            st.add(&key("m"), w * 60 * S + S, 1.0, "A", 0, meta).unwrap().unwrap();
+            st.add(key("m"), w * 60 * S + S, 1.0, "A", 0, meta).unwrap().unwrap();
         }
         let got = close_all(&mut st, 7 * 60 * S);
         assert_eq!(
@@ -917,7 +827,7 @@ mod tests {
                 (vec![], 6, 60.0),
             ]
         );
-        assert_eq!(st.groups[&key("m")].ring.len(), 1, "expired windows leave the ring");
+        assert_eq!(st.series.get(&key("m")).unwrap().ring.len(), 1, "expired windows leave the ring");
     }
 
     #[test]
@@ -925,7 +835,7 @@ mod tests {
         let mut st = State::new(Params { lookback_ns: 600 * S, max_points: 25, ..params(10, 10) }, explicit());
         for w in 0u64..5 {
             for i in 0..10 {
-                st.add(&key("m"), w * 60 * S + i, 1.0, "B", 0, meta).unwrap().unwrap();
+                st.add(key("m"), w * 60 * S + i, 1.0, "B", 0, meta).unwrap().unwrap();
             }
         }
         let got = close_all(&mut st, 5 * 60 * S);
@@ -933,7 +843,7 @@ mod tests {
         let earlier: Vec<Vec<u64>> = got.iter().map(|g| g.0.clone()).collect();
         assert_eq!(earlier, vec![vec![], vec![0], vec![1], vec![2], vec![3]]);
         assert_eq!(got[4].2, 120.0, "the span actually used");
-        let g = &st.groups[&key("m")];
+        let g = st.series.get(&key("m")).unwrap();
         assert!(g.ring.iter().filter_map(|w| w.side("B")).map(|s| s.values.len()).sum::<usize>() <= 25);
     }
 
@@ -941,7 +851,7 @@ mod tests {
     fn snapshot_keeps_the_ring_and_refuses_a_broken_one() {
         let mut st = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) }, explicit());
         for w in 0u64..3 {
-            st.add(&key("m"), w * 60 * S, w as f64, "A", 7, meta).unwrap().unwrap();
+            st.add(key("m"), w * 60 * S, w as f64, "A", 7, meta).unwrap().unwrap();
         }
         close_all(&mut st, 2 * 60 * S);
         let bytes = st.snapshot().unwrap();
@@ -949,29 +859,29 @@ mod tests {
         other.restore(&bytes).unwrap();
         assert_eq!(other.snapshot().unwrap(), bytes);
         assert_eq!(close_all(&mut other, 3 * 60 * S), close_all(&mut st, 3 * 60 * S));
-        let mut broken = st.snapshot().unwrap();
         // Swap the ring's two windows: out of order.
-        let mut repr: SnapshotRepr = postcard::from_bytes(&broken).unwrap();
-        repr.groups[0].ring.reverse();
-        broken = postcard::to_allocvec(&repr).unwrap();
+        let ring = &mut st.series.get_mut(&key("m")).unwrap().ring;
+        ring.make_contiguous().reverse();
+        let broken = st.snapshot().unwrap();
         assert!(matches!(other.restore(&broken), Err(RestoreError::Invalid("look-back window"))));
         // A window of a version missing from the version table.
-        let mut repr: SnapshotRepr = postcard::from_bytes(&bytes).unwrap();
-        repr.groups[0].versions.clear();
-        let orphan = postcard::to_allocvec(&repr).unwrap();
+        let mut orphaned = State::new(Params { lookback_ns: 180 * S, ..params(10, 100) }, explicit());
+        orphaned.restore(&bytes).unwrap();
+        orphaned.series.get_mut(&key("m")).unwrap().versions.clear();
+        let orphan = orphaned.snapshot().unwrap();
         assert!(matches!(other.restore(&orphan), Err(RestoreError::Invalid(_))));
     }
 
     #[test]
     fn snapshot_round_trips_and_refuses_another_window() {
         let mut st = State::new(params(10, 100), explicit());
-        st.add(&key("m"), S, 1.0, "A", 7, meta).unwrap().unwrap();
+        st.add(key("m"), S, 1.0, "A", 7, meta).unwrap().unwrap();
         let bytes = st.snapshot().unwrap();
         let mut other = State::new(params(10, 100), explicit());
         other.restore(&bytes).unwrap();
         assert_eq!(other.snapshot().unwrap(), bytes);
         let mut wrong = State::new(Params { window_ns: 30 * S, ..params(10, 100) }, explicit());
-        assert!(matches!(wrong.restore(&bytes), Err(RestoreError::Window { .. })));
+        assert!(matches!(wrong.restore(&bytes), Err(RestoreError::Params { what: "window", .. })));
         assert!(other.restore(&bytes[..bytes.len() - 2]).is_err());
     }
 
@@ -988,8 +898,8 @@ mod tests {
     fn versions_first_seen_in_one_window_pair_by_name() {
         // v10 has the earlier point, but both start in window 0: v9 is the older.
         let mut st = State::new(params(10, 100), auto(600, 8));
-        st.add(&key("m"), S, 1.0, "v10", 0, meta).unwrap().unwrap();
-        st.add(&key("m"), 2 * S, 1.0, "v9", 0, meta).unwrap().unwrap();
+        st.add(key("m"), S, 1.0, "v10", 0, meta).unwrap().unwrap();
+        st.add(key("m"), 2 * S, 1.0, "v9", 0, meta).unwrap().unwrap();
         assert_eq!(outputs(&mut st, 60 * S), vec![o("compare", "v9", "v10", 1)]);
     }
 
@@ -1023,10 +933,10 @@ mod tests {
         for w in 0u64..7 {
             let t = w * 60 * S + 30 * S;
             if w <= 2 {
-                st.add(&key("m"), t, 1.0, "v1", 0, meta).unwrap().unwrap();
+                st.add(key("m"), t, 1.0, "v1", 0, meta).unwrap().unwrap();
             }
             if w >= 1 {
-                st.add(&key("m"), t + S, 1.0, "v2", 0, meta).unwrap().unwrap();
+                st.add(key("m"), t + S, 1.0, "v2", 0, meta).unwrap().unwrap();
             }
         }
         let got = outputs(&mut st, 7 * 60 * S);
@@ -1042,7 +952,7 @@ mod tests {
                 o("ended", "v1", "v2", 6),
             ]
         );
-        assert!(!st.groups[&key("m")].versions.contains_key("v1"), "v1 is forgotten once not live");
+        assert!(!st.series.get(&key("m")).unwrap().versions.contains_key("v1"), "v1 is forgotten once not live");
         assert!(outputs(&mut st, 8 * 60 * S).is_empty());
     }
 
@@ -1052,12 +962,12 @@ mod tests {
         // v1 oldest with 1 point per window, v2 with 5, then v3 new in window 1.
         for w in 0u64..2 {
             let t = w * 60 * S;
-            st.add(&key("m"), t, 1.0, "v1", 0, meta).unwrap().unwrap();
+            st.add(key("m"), t, 1.0, "v1", 0, meta).unwrap().unwrap();
             for i in 0..5 {
-                st.add(&key("m"), t + S + i, 1.0, "v2", 0, meta).unwrap().unwrap();
+                st.add(key("m"), t + S + i, 1.0, "v2", 0, meta).unwrap().unwrap();
             }
         }
-        st.add(&key("m"), 60 * S + 10 * S, 1.0, "v3", 0, meta).unwrap().unwrap();
+        st.add(key("m"), 60 * S + 10 * S, 1.0, "v3", 0, meta).unwrap().unwrap();
         let got = outputs(&mut st, 2 * 60 * S);
         assert_eq!(got, vec![o("compare", "v1", "v2", 1), o("compare", "v2", "v3", 2), o("ended", "v1", "v2", 2)]);
     }
@@ -1066,17 +976,17 @@ mod tests {
     fn max_versions_evicts_the_least_recent_outside_the_pair() {
         let mut st = State::new(params(10, 100), auto(600, 3));
         for (i, v) in ["a", "b", "c"].iter().enumerate() {
-            st.add(&key("m"), S + i as u64, 1.0, v, 0, meta).unwrap().unwrap();
+            st.add(key("m"), S + i as u64, 1.0, v, 0, meta).unwrap().unwrap();
         }
         // One point each: the newest against the oldest.
         assert_eq!(outputs(&mut st, 60 * S), vec![o("compare", "a", "c", 1)]);
-        st.add(&key("m"), 61 * S, 1.0, "a", 0, meta).unwrap().unwrap();
-        st.add(&key("m"), 62 * S, 1.0, "b", 0, meta).unwrap().unwrap();
-        st.add(&key("m"), 63 * S, 1.0, "c", 0, meta).unwrap().unwrap();
+        st.add(key("m"), 61 * S, 1.0, "a", 0, meta).unwrap().unwrap();
+        st.add(key("m"), 62 * S, 1.0, "b", 0, meta).unwrap().unwrap();
+        st.add(key("m"), 63 * S, 1.0, "c", 0, meta).unwrap().unwrap();
         // "a" is the least recently seen, but it is in the pair: "b" goes.
-        let e = st.add(&key("m"), 64 * S, 1.0, "d", 0, meta).unwrap().unwrap();
+        let e = st.add(key("m"), 64 * S, 1.0, "d", 0, meta).unwrap().unwrap();
         assert_eq!(e, Evicted { groups: 0, versions: 1 });
-        let g = &st.groups[&key("m")];
+        let g = st.series.get(&key("m")).unwrap();
         assert_eq!(g.versions.keys().map(String::as_str).collect::<Vec<_>>(), vec!["a", "c", "d"]);
         assert!(g.windows.iter().chain(&g.ring).all(|w| w.side("b").is_none()), "its values leave with it");
     }
@@ -1086,9 +996,9 @@ mod tests {
         let mut st = State::new(params(10, 100), auto(120, 8));
         for w in 0u64..4 {
             if w <= 1 {
-                st.add(&key("m"), w * 60 * S, 1.0, "v1", 0, meta).unwrap().unwrap();
+                st.add(key("m"), w * 60 * S, 1.0, "v1", 0, meta).unwrap().unwrap();
             }
-            st.add(&key("m"), w * 60 * S + S, 1.0, "v2", 0, meta).unwrap().unwrap();
+            st.add(key("m"), w * 60 * S + S, 1.0, "v2", 0, meta).unwrap().unwrap();
         }
         let head = outputs(&mut st, 2 * 60 * S);
         assert_eq!(head, vec![o("compare", "v1", "v2", 1), o("compare", "v1", "v2", 2)]);
@@ -1096,7 +1006,8 @@ mod tests {
         let mut other = State::new(params(10, 100), auto(120, 8));
         other.restore(&bytes).unwrap();
         assert_eq!(other.snapshot().unwrap(), bytes);
-        assert_eq!(other.groups, st.groups, "the version table and pair survive");
+        assert_eq!(other.series.slot(&key("m")), st.series.slot(&key("m")), "the version table and pair survive");
+        assert_eq!(other.series.len(), st.series.len());
         assert_eq!(outputs(&mut other, 4 * 60 * S), outputs(&mut st, 4 * 60 * S));
     }
 }

@@ -75,7 +75,7 @@ impl Kind {
     }
 }
 
-/// Relative Δ: (B − A) / max(|A|, 1e-6) (spec §3).
+/// Relative Δ: (B − A) / max(|A|, 1e-6) (docs/detectors/delta_ab.md).
 pub fn relative(a: f64, b: f64) -> f64 {
     (b - a) / a.abs().max(1e-6)
 }

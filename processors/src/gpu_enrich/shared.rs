@@ -16,6 +16,13 @@ use std::sync::{Arc, LazyLock, Weak};
 /// Stores held at most (live graphs × gpu_enrich ids); beyond it an instance gets a private store.
 pub const MAX_SHARED: usize = 4096;
 
+/// `inferwatch_gpu_enrich_items{processor, data_type, result}`: items gpu_enrich saw, matched or not.
+pub const GPU_ENRICH_ITEMS: inferwatch_core::telemetry::Counters<3> = inferwatch_core::telemetry::Counters::new(
+    "inferwatch_gpu_enrich_items",
+    "Items gpu_enrich saw, by processor, signal and result (matched, unmatched)",
+    ["processor", "data_type", "result"],
+);
+
 /// Items joined and not joined, per signal.
 #[derive(Debug, Default)]
 pub struct JoinCounts {
@@ -50,11 +57,13 @@ impl JoinCounts {
 
     /// Exports the counts as `inferwatch_gpu_enrich_items_total{processor, data_type, result}` (first call wins).
     pub fn attach(&self, telemetry: &inferwatch_core::telemetry::Telemetry, id: &ComponentId) {
+        let id = id.to_string();
+        let c = |s: Signal, result: &str| GPU_ENRICH_ITEMS.get(telemetry, [&id, s.as_str(), result]);
         let _ = self.exported.set([
-            telemetry.gpu_enrich_items(id, Signal::Traces, "matched"),
-            telemetry.gpu_enrich_items(id, Signal::Traces, "unmatched"),
-            telemetry.gpu_enrich_items(id, Signal::Metrics, "matched"),
-            telemetry.gpu_enrich_items(id, Signal::Metrics, "unmatched"),
+            c(Signal::Traces, "matched"),
+            c(Signal::Traces, "unmatched"),
+            c(Signal::Metrics, "matched"),
+            c(Signal::Metrics, "unmatched"),
         ]);
     }
 

@@ -1,4 +1,4 @@
-//! Spec §6's block-allocator measures as pure functions: the fragmentation index KVF and the
+//! The block-allocator measures (docs/detectors/kv_pressure.md) as pure functions: the fragmentation index KVF and the
 //! study's allocation check.
 
 /// Default KV block size in tokens (vLLM's default, the study's 16).

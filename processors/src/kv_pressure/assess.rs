@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-/// Thresholds of the conditions (spec §6 defaults).
+/// Thresholds of the conditions (defaults: docs/detectors/kv_pressure.md).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Thresholds {
@@ -74,7 +74,7 @@ impl Inputs {
     }
 }
 
-/// The conditions of spec §6.
+/// The conditions of docs/detectors/kv_pressure.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Flags {
     /// usage ≥ threshold.

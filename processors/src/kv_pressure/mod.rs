@@ -1,5 +1,5 @@
 //! Processor `kv_pressure`: KV-cache pressure and fragmentation per (model, version, instance)
-//! (spec §6).
+//! (docs/detectors/kv_pressure.md).
 //!
 //! Reads the KV-cache usage, preemption rate, prefix-cache hit rate and queue p99 signals (as
 //! `llm_signals` emits them), and the fragmentation index KVF where the allocator state is known
@@ -13,7 +13,9 @@ pub mod alloc;
 pub mod assess;
 pub mod state;
 
-use crate::delta_ab::rows::{self, Rows};
+use crate::detect::config::nanos;
+use crate::detect::limits::SeriesLimits;
+use crate::detect::rows::{self, Rows};
 use crate::detect::{Output, kv_f64, kv_i64, kv_str};
 use arrow_array::{Array, RecordBatch, TimestampNanosecondArray};
 use assess::{Flags, Input, Thresholds};
@@ -26,18 +28,18 @@ use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prometheus_client::metrics::counter::Counter;
 use serde::Deserialize;
-use state::{FreeSpace, Group, GroupKey, MODEL_ATTRIBUTE, Params, State};
+use state::{FreeSpace, Group, GroupKey, Params, State};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Version of the checkpoint format written by [`KvPressure`].
-pub const STATE_VERSION: u32 = 2;
+pub const STATE_VERSION: u32 = 3;
 /// The `detector` attribute of the output.
 pub const DETECTOR: &str = "kv_pressure";
 
 /// Settings of `kv_pressure`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(remote = "Self", deny_unknown_fields, default)]
 pub struct KvPressureConfig {
     /// KV-cache usage fraction (default llm.kv_cache.usage).
     pub usage_metric: String,
@@ -58,12 +60,11 @@ pub struct KvPressureConfig {
     pub output_metric: String,
     /// Age after which an input's latest value no longer counts (default 5m; > 0).
     pub stale_after: GoDuration,
-    /// How late a point may arrive and still count (default 0s).
-    pub allowed_lateness: GoDuration,
-    /// Most groups held; beyond it the least recently seen 10 % are evicted (default 1000).
-    pub max_series: usize,
-    /// Event time without input after which a group is forgotten (default 10m).
-    pub idle_timeout: GoDuration,
+    /// `allowed_lateness` (default 0s), `max_series` (default 1000; groups held, beyond it the
+    /// least recently seen 10 % are evicted) and `idle_timeout` (default 10m; event time without
+    /// input after which a group is forgotten), top-level keys.
+    #[serde(skip)]
+    pub limits: SeriesLimits,
     /// Event time after a group's (re)start during which a low hit rate is not flagged (default
     /// 10m; 0s = no warm-up).
     pub warmup: GoDuration,
@@ -73,6 +74,8 @@ pub struct KvPressureConfig {
     /// vLLM's prefix-cache query counters; read only where the raw scrape is routed here).
     pub reset_metrics: Vec<String>,
 }
+
+crate::detect::limits::with_series_limits!(KvPressureConfig, crate::detect::limits::ALL);
 
 impl Default for KvPressureConfig {
     fn default() -> Self {
@@ -86,9 +89,11 @@ impl Default for KvPressureConfig {
             thresholds: Thresholds::default(),
             output_metric: String::new(),
             stale_after: GoDuration(Duration::from_secs(300)),
-            allowed_lateness: GoDuration(Duration::ZERO),
-            max_series: 1000,
-            idle_timeout: GoDuration(Duration::from_secs(600)),
+            limits: SeriesLimits {
+                max_series: 1000,
+                idle_timeout: GoDuration(Duration::from_secs(600)),
+                allowed_lateness: GoDuration(Duration::ZERO),
+            },
             warmup: GoDuration(Duration::from_secs(600)),
             restart_gap: GoDuration(Duration::from_secs(120)),
             reset_metrics: DEFAULT_RESET_METRICS.iter().map(|s| s.to_string()).collect(),
@@ -103,10 +108,6 @@ pub const DEFAULT_RESET_METRICS: [&str; 4] = [
     "vllm:gpu_prefix_cache_queries_total",
     "vllm:gpu_prefix_cache_queries",
 ];
-
-fn nanos(key: &str, d: &GoDuration) -> Result<u64, FieldError> {
-    u64::try_from(d.0.as_nanos()).map_err(|_| FieldError::at(key, format!("{d} is too long (at most ~584 years)")))
-}
 
 /// What a metric name is to this processor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,16 +186,14 @@ impl KvPressureConfig {
         if stale_ns == 0 {
             return Err(FieldError::at("stale_after", "must be greater than 0"));
         }
-        if self.max_series == 0 {
-            return Err(FieldError::at("max_series", "must be at least 1"));
-        }
+        let limits = self.limits.check()?;
         Ok(Checked {
             params: Params {
-                max_series: self.max_series,
-                idle_ns: nanos("idle_timeout", &self.idle_timeout)?,
+                max_series: limits.max_series,
+                idle_ns: limits.idle_ns,
                 restart_gap_ns: nanos("restart_gap", &self.restart_gap)?,
             },
-            lateness_ns: nanos("allowed_lateness", &self.allowed_lateness)?,
+            lateness_ns: limits.lateness_ns,
             stale_ns,
             warmup_ns: nanos("warmup", &self.warmup)?,
             thresholds: self.thresholds,
@@ -219,9 +218,7 @@ impl ArrowProcessorFactory for KvPressureFactory {
         cfg: &serde_json::Value,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        if signal != Signal::Metrics {
-            return Err(ComponentError::Start(format!("kv_pressure reads metrics, not {}", signal.as_str())));
-        }
+        crate::detect::config::metrics_only(DETECTOR, signal)?;
         let checked = parse_config::<KvPressureConfig>(cfg)?.check()?;
         Ok(Box::new(KvPressure::new(checked, &ctx)))
     }
@@ -241,20 +238,6 @@ struct PendingRuns {
     runs: Vec<u64>,
     resource: Resource,
     scope: InstrumentationScope,
-}
-
-/// The group of a row: model (point `gen_ai.request.model`, point `model_name`, resource
-/// `gen_ai.request.model`), version and instance (point attribute, else resource attribute).
-fn group_of(rows: &mut Rows<'_>, row: usize, attrs: &[KeyValue]) -> Result<GroupKey, ConvError> {
-    let model = match rows::point_string(attrs, MODEL_ATTRIBUTE).or_else(|| rows::point_string(attrs, "model_name")) {
-        Some(m) => m,
-        None => rows::lookup(rows, row, &[], MODEL_ATTRIBUTE)?.unwrap_or_default(),
-    };
-    Ok(GroupKey {
-        model,
-        version: rows::lookup(rows, row, attrs, schema::SERVICE_VERSION)?.unwrap_or_default(),
-        instance: rows::lookup(rows, row, attrs, schema::SERVICE_INSTANCE_ID)?.unwrap_or_default(),
-    })
 }
 
 /// The series of a counter point: `name{k=v,…}`, the point attributes sorted by key.
@@ -359,7 +342,9 @@ impl ArrowProcessor for KvPressure {
             let Some(p) = rows.number(row) else { continue };
             let Some(&role) = cfg.roles.get(p.name) else { continue };
             let attrs = rows.attributes(row)?;
-            let key = group_of(&mut rows, row, &attrs)?;
+            // Model: point `gen_ai.request.model`, point `model_name`, resource; version and
+            // instance: point attribute, else resource attribute.
+            let key = GroupKey::of(&mut rows, row, &attrs)?;
             let input = match role {
                 Role::Value(input) => input,
                 Role::FreeRun => {

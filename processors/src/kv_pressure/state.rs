@@ -1,37 +1,14 @@
 //! The state of `kv_pressure`: per (model, version, instance) group, the latest value of each
-//! input, the start of its warm-up and its reset counters, eviction, and the checkpoint form.
+//! input, the start of its warm-up and its reset counters, held in the kit's [`SeriesMap`]
+//! (eviction, idle expiry, the checkpoint envelope).
 
+use super::STATE_VERSION;
 use super::assess::{Input, Inputs};
-use crate::detect::kv_str;
-use inferwatch_core::arrow::schema;
-use opentelemetry_proto::tonic::common::v1::KeyValue;
+use crate::detect::series::{SeriesMap, Slot};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
-/// Point attribute naming the model (as `llm_signals` writes it).
-pub const MODEL_ATTRIBUTE: &str = "gen_ai.request.model";
-
-/// A (model, version, instance) group.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct GroupKey {
-    /// Model (`gen_ai.request.model`).
-    pub model: String,
-    /// Version (`service.version`).
-    pub version: String,
-    /// Instance (`service.instance.id`).
-    pub instance: String,
-}
-
-impl GroupKey {
-    /// The group as point attributes.
-    pub fn attributes(&self) -> Vec<KeyValue> {
-        vec![
-            kv_str(MODEL_ATTRIBUTE, self.model.clone()),
-            kv_str(schema::SERVICE_VERSION, self.version.clone()),
-            kv_str(schema::SERVICE_INSTANCE_ID, self.instance.clone()),
-        ]
-    }
-}
+pub use crate::detect::group::GroupKey;
+pub use crate::detect::series::RestoreError;
 
 /// The latest value of one input.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -84,8 +61,6 @@ pub struct Group {
     /// Whether the prefix-cache hit rate was ever at or above its threshold: a low hit rate is
     /// pressure only for a cache that used to hit (a workload without shared prefixes never does).
     pub hit_rate_seen_high: bool,
-    last_point: u64,
-    last_seen: u64,
 }
 
 impl Group {
@@ -144,98 +119,62 @@ pub struct Params {
 /// Every group.
 pub struct State {
     params: Params,
-    groups: BTreeMap<GroupKey, Group>,
-    seq: u64,
+    series: SeriesMap<GroupKey, Group>,
 }
 
 impl State {
     /// An empty state.
     pub fn new(params: Params) -> Self {
-        State { params, groups: BTreeMap::new(), seq: 0 }
+        State { params, series: SeriesMap::new(params.max_series, params.idle_ns) }
     }
 
     /// Number of groups held.
     pub fn series_count(&self) -> usize {
-        self.groups.len()
+        self.series.len()
     }
 
     /// The group `key` after a point at `time` (created if new, evicting the least recently seen
     /// 10 % at `max_series`), and the number of groups evicted. A new group starts its warm-up at
     /// `time`, and so does one whose previous point is more than `restart_gap` before `time`.
     pub fn touch(&mut self, key: &GroupKey, time: u64) -> (usize, Option<&mut Group>) {
-        let mut evicted = 0;
-        if !self.groups.contains_key(key) {
-            if self.groups.len() >= self.params.max_series {
-                evicted = self.evict_least_recent();
-            }
-            self.groups.insert(key.clone(), Group { last_point: time, warm_from: time, ..Group::default() });
-        }
-        self.seq += 1;
-        let seq = self.seq;
+        // The group's largest event time before this point (the map moves it on the touch).
+        let previous = self.series.slot(key).map(Slot::last_time);
         let gap = self.params.restart_gap_ns;
-        let g = self.groups.get_mut(key);
-        if let Some(g) = g {
-            g.last_seen = seq;
-            if gap > 0 && time > g.last_point.saturating_add(gap) {
-                g.warm_from = time;
-            }
-            g.last_point = g.last_point.max(time);
-            return (evicted, Some(g));
+        let Some(t) = self.series.touch(key, time, || Group { warm_from: time, ..Group::default() }, |_, _| {}) else {
+            return (0, None);
+        };
+        if t.evicted > 0 {
+            tracing::debug!(
+                evicted = t.evicted,
+                max_series = self.params.max_series,
+                "kv_pressure: evicted least recently seen groups"
+            );
         }
-        (evicted, None)
-    }
-
-    fn evict_least_recent(&mut self) -> usize {
-        let max = self.params.max_series;
-        let excess = (self.groups.len() + 1).saturating_sub(max);
-        let n = (max / 10).max(1).max(excess).min(self.groups.len());
-        let mut by_age: Vec<(u64, GroupKey)> = self.groups.iter().map(|(k, g)| (g.last_seen, k.clone())).collect();
-        by_age.sort_unstable();
-        for (_, key) in by_age.into_iter().take(n) {
-            self.groups.remove(&key);
+        if let Some(previous) = previous
+            && gap > 0
+            && time > previous.saturating_add(gap)
+        {
+            t.state.warm_from = time;
         }
-        tracing::debug!(evicted = n, max_series = max, "kv_pressure: evicted least recently seen groups");
-        n
+        (t.evicted, Some(t.state))
     }
 
     /// Forgets groups without input for `idle_ns` before `watermark`; returns how many.
     pub fn expire(&mut self, watermark: u64) -> usize {
-        let idle = self.params.idle_ns;
-        let before = self.groups.len();
-        self.groups.retain(|_, g| g.last_point.saturating_add(idle) > watermark);
-        before - self.groups.len()
+        self.series.expire_idle(watermark, |_| None, |_, _| {})
     }
 
     /// Serializes the state (groups in key order, so equal states give equal bytes).
     pub fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
-        let groups: Vec<(&GroupKey, &Group)> = self.groups.iter().collect();
-        postcard::to_allocvec(&(self.seq, groups))
+        self.series.snapshot(STATE_VERSION, &(), |_, g| g)
     }
 
     /// Replaces the state with a snapshot; the state is unchanged on error.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), RestoreError> {
-        let (seq, list): (u64, Vec<(GroupKey, Group)>) = postcard::from_bytes(bytes)?;
-        let mut groups = BTreeMap::new();
-        for (k, g) in list {
-            if groups.insert(k, g).is_some() {
-                return Err(RestoreError::Invalid("duplicate group"));
-            }
-        }
-        self.groups = groups;
-        self.seq = seq;
+        let ((), series) = self.series.restore(STATE_VERSION, bytes, |_, g: Group| Ok(g))?;
+        self.series = series;
         Ok(())
     }
-}
-
-/// Why a snapshot could not be restored.
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    /// The bytes do not decode.
-    #[error("decode: {0}")]
-    Decode(#[from] postcard::Error),
-    /// The state violates an invariant.
-    #[error("invalid state: {0}")]
-    Invalid(&'static str),
 }
 
 #[cfg(test)]
@@ -245,7 +184,7 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     fn key(m: &str) -> GroupKey {
-        GroupKey { model: m.into(), version: "v1".into(), instance: "i".into() }
+        GroupKey::new("i", "v1", m)
     }
 
     #[test]
@@ -291,7 +230,7 @@ mod tests {
         }
         st.touch(&key("a"), 3 * S);
         assert_eq!(st.touch(&key("d"), 4 * S).0, 1);
-        assert!(!st.groups.contains_key(&key("b")), "b was the least recently seen");
+        assert!(!st.series.contains_key(&key("b")), "b was the least recently seen");
         let bytes = st.snapshot().unwrap();
         let mut other = State::new(Params { max_series: 3, idle_ns: 60 * S, restart_gap_ns: 0 });
         other.restore(&bytes).unwrap();

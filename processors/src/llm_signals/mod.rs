@@ -13,7 +13,10 @@ pub mod scraped;
 pub mod spans;
 pub mod state;
 
-use crate::window_stats::sketch;
+use crate::detect::adapter::Adapter;
+use crate::detect::config::nanos;
+use crate::detect::limits::{self, SeriesLimits, with_series_limits};
+use crate::detect::sketch;
 use arrow_array::RecordBatch;
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, metrics, schema};
 use inferwatch_core::component::{ComponentError, ConnectorFactory, CreateContext, FieldError, NodeRef, parse_config};
@@ -23,14 +26,14 @@ use inferwatch_core::settings::GoDuration;
 use inferwatch_core::state::StateError;
 use model::{ModelRules, ResourceReader, Source};
 use output::Emitter;
-use prometheus_client::metrics::counter::Counter;
 use serde::Deserialize;
-use state::{Params, RestoreError, Skip, State};
+use state::{Params, Skip, State};
 use std::time::Duration;
 
 /// Version of the checkpoint format written by [`LlmSignals`] (2: group keys hold identity
-/// attributes; 3: and `service.name`; 4: scrape windows hold histogram sums).
-pub const STATE_VERSION: u32 = 4;
+/// attributes; 3: and `service.name`; 4: scrape windows hold histogram sums; 5: the detector kit's
+/// series map envelope).
+pub const STATE_VERSION: u32 = 5;
 
 /// Default `identity_attributes`: the pod identity `resourcedetection` / `k8s_attributes` set.
 pub const DEFAULT_IDENTITY: [&str; 3] = ["k8s.namespace.name", "k8s.pod.name", "k8s.node.name"];
@@ -41,18 +44,17 @@ const RESERVED: [&str; 6] =
 
 /// Settings of `llm_signals`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(remote = "Self", deny_unknown_fields, default)]
 pub struct LlmSignalsConfig {
     /// Window of the percentiles and rates (default 1m; > 0); tumbling, epoch-aligned, event time.
     pub window: GoDuration,
     /// Interval of event time between emissions of the cumulative histograms (default 15s; > 0).
     pub flush_interval: GoDuration,
-    /// How late input may arrive and still count (default 5s).
-    pub allowed_lateness: GoDuration,
-    /// Most (model, version, instance) groups held; beyond it the least recently seen 10 % are evicted (default 1000).
-    pub max_series: usize,
-    /// Event time without input after which a group is forgotten (default 10m).
-    pub idle_timeout: GoDuration,
+    /// `allowed_lateness` (default 5s), `max_series` (most (model, version, instance) groups held,
+    /// default 1000; beyond it the least recently seen 10 % are evicted) and `idle_timeout` (event
+    /// time without input after which a group is forgotten, default 10m), top-level keys.
+    #[serde(skip)]
+    pub limits: SeriesLimits,
     /// DDSketch relative accuracy α of the span-derived percentiles (default 0.01).
     pub relative_accuracy: f64,
     /// Model when nothing else names one (default empty: fall back to service.name, then "unknown").
@@ -73,9 +75,11 @@ impl Default for LlmSignalsConfig {
         LlmSignalsConfig {
             window: GoDuration(Duration::from_secs(60)),
             flush_interval: GoDuration(Duration::from_secs(15)),
-            allowed_lateness: GoDuration(Duration::from_secs(5)),
-            max_series: 1000,
-            idle_timeout: GoDuration(Duration::from_secs(600)),
+            limits: SeriesLimits {
+                max_series: 1000,
+                idle_timeout: GoDuration(Duration::from_secs(600)),
+                allowed_lateness: GoDuration(Duration::from_secs(5)),
+            },
             relative_accuracy: sketch::DEFAULT_ALPHA,
             default_model: String::new(),
             model_attributes: vec!["gen_ai.response.model".into(), "gen_ai.request.model".into()],
@@ -86,9 +90,7 @@ impl Default for LlmSignalsConfig {
     }
 }
 
-fn nanos(key: &str, d: &GoDuration) -> Result<u64, FieldError> {
-    u64::try_from(d.0.as_nanos()).map_err(|_| FieldError::at(key, format!("{d} is too long (at most ~584 years)")))
-}
+with_series_limits!(LlmSignalsConfig, limits::ALL);
 
 /// A checked configuration in the units the processor uses.
 #[derive(Debug, Clone)]
@@ -109,9 +111,7 @@ impl LlmSignalsConfig {
         if flush_ns == 0 {
             return Err(FieldError::at("flush_interval", "must be greater than 0"));
         }
-        if self.max_series == 0 {
-            return Err(FieldError::at("max_series", "must be at least 1"));
-        }
+        let limits = self.limits.check()?;
         let alpha = self.relative_accuracy;
         if !(alpha.is_finite() && (sketch::MIN_ALPHA..1.0).contains(&alpha)) {
             return Err(FieldError::at(
@@ -152,14 +152,8 @@ impl LlmSignalsConfig {
             }
         }
         Ok(Checked {
-            params: Params {
-                window_ns,
-                flush_ns,
-                idle_ns: nanos("idle_timeout", &self.idle_timeout)?,
-                max_series: self.max_series,
-                alpha,
-            },
-            lateness_ns: nanos("allowed_lateness", &self.allowed_lateness)?,
+            params: Params { window_ns, flush_ns, idle_ns: limits.idle_ns, max_series: limits.max_series, alpha },
+            lateness_ns: limits.lateness_ns,
             rules: ModelRules {
                 attributes: self.model_attributes.clone(),
                 default_model: self.default_model.clone(),
@@ -222,9 +216,7 @@ pub struct LlmSignals {
     cfg: Checked,
     signal: Signal,
     state: State,
-    name: String,
-    evicted_idle: Counter,
-    evicted_max: Counter,
+    kit: Adapter,
 }
 
 /// Resource and scope columns every input row's group is read from.
@@ -238,35 +230,22 @@ const RESOURCE_COLUMNS: [&str; 5] = [
 
 impl LlmSignals {
     fn new(cfg: Checked, signal: Signal, ctx: &CreateContext) -> Self {
-        LlmSignals {
-            state: State::new(cfg.params),
-            cfg,
-            signal,
-            name: ctx.id.to_string(),
-            evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
-            evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
-        }
-    }
-
-    fn corrupt(&self, message: impl std::fmt::Display) -> StateError {
-        StateError::Corrupt { key: self.name.clone(), message: message.to_string() }
+        LlmSignals { state: State::new(cfg.params), cfg, signal, kit: Adapter::new(ctx, "llm_signals") }
     }
 
     fn count(&self, results: impl Iterator<Item = Result<usize, Skip>>) {
-        let (mut evicted, mut late) = (0u64, 0u64);
+        let (mut evicted, mut late) = (0usize, 0u64);
         for r in results {
             match r {
-                Ok(n) => evicted += n as u64,
+                Ok(n) => evicted += n,
                 Err(Skip::SeriesFull) => evicted += 1,
                 Err(Skip::Late) => late += 1,
             }
         }
-        if evicted > 0 {
-            self.evicted_max.inc_by(evicted);
-            tracing::debug!(connector = %self.name, evicted, "groups or series evicted at their limit");
-        }
+        // Groups at max_series and scraped series at their per-group limit.
+        self.kit.evicted_max(evicted);
         if late > 0 {
-            tracing::debug!(connector = %self.name, late, "input before the watermark ignored");
+            tracing::debug!(connector = %self.kit.name(), late, "input before the watermark ignored");
         }
     }
 
@@ -357,10 +336,7 @@ impl ArrowProcessor for LlmSignals {
     fn advance(&mut self, watermark_ns: u64, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
         let mut em = Emitter::default();
         let idle = self.state.advance(watermark_ns, &mut em);
-        if idle > 0 {
-            self.evicted_idle.inc_by(idle as u64);
-            tracing::debug!(connector = %self.name, idle, "idle groups evicted");
-        }
+        self.kit.evicted_idle(idle);
         if let Some(req) = em.finish() {
             out.push(metrics::to_batch(&req)?);
         }
@@ -372,24 +348,12 @@ impl ArrowProcessor for LlmSignals {
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, StateError> {
-        self.state.snapshot().map_err(|e| self.corrupt(format!("cannot serialize llm_signals state: {e}")))
+        self.kit.snapshot(self.state.snapshot())
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        let mut fresh = State::new(self.cfg.params);
-        match fresh.restore(bytes) {
-            Ok(()) => {
-                self.state = fresh;
-                Ok(())
-            }
-            Err(RestoreError::Params { what, found, expected }) => Err(StateError::Incompatible {
-                key: self.name.clone(),
-                what,
-                found: format!("{found} ns"),
-                expected: format!("{expected} ns"),
-            }),
-            Err(e) => Err(self.corrupt(format!("llm_signals state: {e}"))),
-        }
+        self.state = self.kit.restore(State::new(self.cfg.params), bytes, State::restore)?;
+        Ok(())
     }
 
     fn series_count(&self) -> usize {

@@ -10,15 +10,17 @@ use super::model::GroupKey;
 use super::output::{Emitter, Out, Pct, Value};
 use super::scraped::{GaugeRole, HistPoint, RateRole, Role, Sample, SampleValue};
 use super::spans::Request;
-use crate::window_stats::sketch::{DEFAULT_MAX_BINS, DdSketch};
+use crate::detect::series::OrderedSeriesMap;
+pub use crate::detect::series::RestoreError;
+use crate::detect::sketch::{DEFAULT_MAX_BINS, DdSketch};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 
-/// `llm.prefix_cache.low` is 1 below this hit rate (spec §6: the study flags < 62 %).
+/// `llm.prefix_cache.low` is 1 below this hit rate (the study flags < 62 %; docs/llm-signals.md).
 pub const PREFIX_HIT_RATE_LOW: f64 = 0.62;
-/// `llm.queue.blocking` is 1 when the window's queue-time p99 exceeds this (spec §6: 800 ms).
+/// `llm.queue.blocking` is 1 when the window's queue-time p99 exceeds this (800 ms; docs/llm-signals.md).
 pub const QUEUE_BLOCKING_P99_S: f64 = 0.8;
 /// Most scraped series tracked per group; further ones are ignored (and counted as evicted).
 pub const MAX_SCRAPE_SERIES_PER_GROUP: usize = 4096;
@@ -496,68 +498,45 @@ enum GroupData {
     Scrape(ScrapeState),
 }
 
-/// One (source, model, version, instance) group.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Group {
-    /// Largest event time of its input.
-    last_point: u64,
-    /// Arrival sequence number of its latest input (least-recently-seen eviction).
-    last_seen: u64,
-    data: GroupData,
+impl GroupData {
+    /// `None` when no window or flush is pending (the group may be idle), else `Some(0)`.
+    fn open(&self) -> Option<u64> {
+        let drained = match self {
+            GroupData::Spans(s) => s.drained(),
+            GroupData::Scrape(s) => s.windows.is_empty(),
+        };
+        (!drained).then_some(0)
+    }
+
+    fn is_valid_for(&self, key: &GroupKey) -> bool {
+        match (self, key.source) {
+            (GroupData::Spans(st), super::model::Source::Spans) => st.is_valid(),
+            (GroupData::Scrape(st), super::model::Source::Scrape) => st.is_valid(),
+            _ => false,
+        }
+    }
 }
 
-/// The state of one `llm_signals` processor.
+/// The state of one `llm_signals` processor: one (source, model, version, instance) group per
+/// key, in key order.
 pub struct State {
     params: Params,
     watermark: u64,
-    seq: u64,
-    groups: BTreeMap<GroupKey, Group>,
+    groups: OrderedSeriesMap<GroupKey, GroupData>,
 }
 
-/// Checkpoint form (serialized by reference, read back owned; same layout).
-#[derive(Serialize)]
-struct SnapshotRef<'a> {
+/// The checkpoint header beside the groups.
+#[derive(Serialize, Deserialize)]
+struct Header {
     window_ns: u64,
     flush_ns: u64,
     watermark: u64,
-    seq: u64,
-    groups: &'a BTreeMap<GroupKey, Group>,
-}
-
-#[derive(Deserialize)]
-struct SnapshotOwned {
-    window_ns: u64,
-    flush_ns: u64,
-    watermark: u64,
-    seq: u64,
-    groups: BTreeMap<GroupKey, Group>,
-}
-
-/// Why a snapshot could not be restored.
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    /// The bytes do not decode.
-    #[error("decode: {0}")]
-    Decode(#[from] postcard::Error),
-    /// The snapshot was written with another window or flush interval.
-    #[error("written with {what} {found} ns, configured {expected} ns")]
-    Params {
-        /// `window` or `flush_interval`.
-        what: &'static str,
-        /// Value in the snapshot.
-        found: u64,
-        /// Configured value.
-        expected: u64,
-    },
-    /// The state violates an invariant.
-    #[error("invalid state: {0}")]
-    Invalid(&'static str),
 }
 
 impl State {
     /// An empty state.
     pub fn new(params: Params) -> Self {
-        State { params, watermark: 0, seq: 0, groups: BTreeMap::new() }
+        State { params, watermark: 0, groups: OrderedSeriesMap::new(params.max_series, params.idle_ns) }
     }
 
     /// The watermark of the last `advance`.
@@ -571,17 +550,13 @@ impl State {
     }
 
     /// The group of `key`, created (evicting at `max_series`) when new; with the number evicted.
-    fn group(&mut self, key: GroupKey, time: u64, make: impl FnOnce() -> GroupData) -> (&mut Group, usize) {
-        let mut evicted = 0;
-        if !self.groups.contains_key(&key) && self.groups.len() >= self.params.max_series {
-            evicted = self.evict_least_recent();
-        }
-        self.seq += 1;
-        let seq = self.seq;
-        let g = self.groups.entry(key).or_insert_with(|| Group { last_point: time, last_seen: seq, data: make() });
-        g.last_seen = seq;
-        g.last_point = g.last_point.max(time);
-        (g, evicted)
+    fn group(
+        &mut self,
+        key: &GroupKey,
+        time: u64,
+        make: impl FnOnce() -> GroupData,
+    ) -> Option<(&mut GroupData, usize)> {
+        self.groups.touch(key, time, make, |_, _| {}).map(|t| (t.state, t.evicted))
     }
 
     /// Adds one request span ended at `time`; returns the number of groups evicted for room.
@@ -590,8 +565,10 @@ impl State {
             return Err(Skip::Late);
         }
         let p = self.params;
-        let (g, evicted) = self.group(key, time, || GroupData::Spans(Box::new(SpanState::new(time))));
-        if let GroupData::Spans(s) = &mut g.data {
+        let Some((g, evicted)) = self.group(&key, time, || GroupData::Spans(Box::new(SpanState::new(time)))) else {
+            return Ok(0);
+        };
+        if let GroupData::Spans(s) = g {
             s.add(time, req, &p);
         }
         Ok(evicted)
@@ -603,25 +580,13 @@ impl State {
             return Err(Skip::Late);
         }
         let p = self.params;
-        let (g, evicted) = self.group(key, sample.time, || GroupData::Scrape(ScrapeState::default()));
-        if let GroupData::Scrape(s) = &mut g.data {
+        let Some((g, evicted)) = self.group(&key, sample.time, || GroupData::Scrape(ScrapeState::default())) else {
+            return Ok(0);
+        };
+        if let GroupData::Scrape(s) = g {
             s.add(sample, &p)?;
         }
         Ok(evicted)
-    }
-
-    /// Evicts the least recently seen 10 % of `max_series` (at least one); returns how many.
-    fn evict_least_recent(&mut self) -> usize {
-        let max = self.params.max_series;
-        let excess = (self.groups.len() + 1).saturating_sub(max);
-        let n = (max / 10).max(1).max(excess).min(self.groups.len());
-        let mut by_age: Vec<(u64, GroupKey)> = self.groups.iter().map(|(k, g)| (g.last_seen, k.clone())).collect();
-        by_age.sort_unstable_by_key(|(seen, _)| *seen);
-        for (_, k) in by_age.into_iter().take(n) {
-            self.groups.remove(&k);
-        }
-        tracing::debug!(evicted = n, max_series = max, "llm_signals: evicted least recently seen groups");
-        n
     }
 
     /// Moves the watermark to `wm`: emits what closes into `em`, then drops idle groups (returned).
@@ -634,56 +599,35 @@ impl State {
         let p = self.params;
         for (key, g) in self.groups.iter_mut() {
             let attrs = key.attributes();
-            match &mut g.data {
+            match g {
                 GroupData::Spans(s) => s.close(&attrs, prev, wm, &p, em),
                 GroupData::Scrape(s) => s.close(&attrs, wm, &p, em),
             }
         }
-        let before = self.groups.len();
-        self.groups.retain(|_, g| {
-            let drained = match &g.data {
-                GroupData::Spans(s) => s.drained(),
-                GroupData::Scrape(s) => s.windows.is_empty(),
-            };
-            !(drained && g.last_point.saturating_add(p.idle_ns) <= wm)
-        });
-        before - self.groups.len()
+        self.groups.expire_idle(wm, GroupData::open, |_, _| {})
     }
 
     /// Serializes the state (groups in key order, so equal states give equal bytes).
     pub fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
-        postcard::to_allocvec(&SnapshotRef {
-            window_ns: self.params.window_ns,
-            flush_ns: self.params.flush_ns,
-            watermark: self.watermark,
-            seq: self.seq,
-            groups: &self.groups,
-        })
+        let header =
+            Header { window_ns: self.params.window_ns, flush_ns: self.params.flush_ns, watermark: self.watermark };
+        self.groups.snapshot(super::STATE_VERSION, &header, |_, g| g)
     }
 
     /// Replaces the state with a snapshot; the state is unchanged on error.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), RestoreError> {
-        let s: SnapshotOwned = postcard::from_bytes(bytes)?;
+        let (h, groups): (Header, _) = self.groups.restore(super::STATE_VERSION, bytes, |key, g: GroupData| {
+            if g.is_valid_for(key) { Ok(g) } else { Err(RestoreError::Invalid("group state")) }
+        })?;
         for (what, found, expected) in
-            [("window", s.window_ns, self.params.window_ns), ("flush_interval", s.flush_ns, self.params.flush_ns)]
+            [("window", h.window_ns, self.params.window_ns), ("flush_interval", h.flush_ns, self.params.flush_ns)]
         {
             if found != expected {
                 return Err(RestoreError::Params { what, found, expected });
             }
         }
-        for (key, g) in &s.groups {
-            let ok = match (&g.data, key.source) {
-                (GroupData::Spans(st), super::model::Source::Spans) => st.is_valid(),
-                (GroupData::Scrape(st), super::model::Source::Scrape) => st.is_valid(),
-                _ => false,
-            };
-            if !ok {
-                return Err(RestoreError::Invalid("group state"));
-            }
-        }
-        self.watermark = s.watermark;
-        self.seq = s.seq;
-        self.groups = s.groups;
+        self.watermark = h.watermark;
+        self.groups = groups;
         Ok(())
     }
 }

@@ -10,7 +10,8 @@ pub mod ledger;
 pub mod openslo;
 mod output;
 
-use crate::delta_ab::rows::{self, Rows};
+use crate::detect::rows::{self, Rows};
+use crate::detect::series::SeriesMap;
 use crate::trend_forecast::{SeriesFilter, TrendForecast};
 use arrow_array::{Array, RecordBatch, TimestampNanosecondArray};
 use config::{Checked, ERROR_RATE, Objective, REQUEST_RATE, Sli, SloConfig};
@@ -24,8 +25,9 @@ use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 
-/// Version of the checkpoint format written by [`Slo`].
-pub const STATE_VERSION: u32 = 1;
+/// Version of the checkpoint format written by [`Slo`] (2: each objective's groups in the
+/// detector kit's series map envelope; version 1 checkpoints are refused).
+pub const STATE_VERSION: u32 = 2;
 /// The processor's type name.
 pub const TYPE: &str = "slo";
 /// The `detector` attribute of the burn-rate levels.
@@ -46,35 +48,30 @@ impl ArrowProcessorFactory for SloFactory {
         cfg: &serde_json::Value,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        if signal != Signal::Metrics {
-            return Err(ComponentError::Start(format!("slo reads metrics, not {}", signal.as_str())));
-        }
+        crate::detect::config::metrics_only("slo", signal)?;
         let checked = parse_config::<SloConfig>(cfg)?.check()?;
         Ok(Box::new(Slo::new(checked, &ctx)))
     }
 }
 
-/// One SLO group: the events of one combination of the objective's `by` values.
+/// One SLO group: the events of one combination of the objective's `by` values (its key: the
+/// (attribute, value) of the `by` keys present on its points).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Group {
-    /// (attribute, value) of the `by` keys present on its points.
-    key: Vec<(String, String)>,
     ledger: Ledger,
     /// The latest event's input value (the observed value in the evidence).
     last_value: f64,
-    /// Arrival sequence of its latest event (least-recently-seen eviction).
-    last_seen: u64,
 }
 
 /// The running state of one objective.
 struct Runner {
     obj: Objective,
-    groups: HashMap<Vec<(String, String)>, Group>,
+    /// The groups; a group silent for the objective's whole period is forgotten.
+    groups: SeriesMap<Vec<(String, String)>, Group>,
     dirty: BTreeSet<Vec<(String, String)>>,
     /// error_ratio: the latest `llm.request.rate` point per input series: (time, rate, window s).
     rates: HashMap<Vec<(String, String)>, (u64, f64, f64)>,
     forecast: Option<TrendForecast>,
-    seq: u64,
 }
 
 /// The running processor.
@@ -128,13 +125,13 @@ impl Slo {
                     });
                     TrendForecast::embedded(f, ctx, output::identity(o), accept)
                 });
+                let period_ns = o.period_hours.saturating_mul(3_600_000_000_000);
                 Runner {
                     obj: o.clone(),
-                    groups: HashMap::new(),
+                    groups: SeriesMap::new(cfg.max_groups, period_ns),
                     dirty: BTreeSet::new(),
                     rates: HashMap::new(),
                     forecast,
-                    seq: 0,
                 }
             })
             .collect();
@@ -199,48 +196,32 @@ impl Runner {
     }
 
     /// Adds events to the group of `attrs`; returns the number of groups evicted.
-    fn add(&mut self, attrs: &[KeyValue], time: u64, value: f64, c: Counts, max_groups: usize) -> usize {
+    fn add(&mut self, attrs: &[KeyValue], time: u64, value: f64, c: Counts) -> usize {
         let key: Vec<(String, String)> =
             self.obj.by.iter().filter_map(|k| str_attr(attrs, k).map(|v| (k.clone(), v.to_string()))).collect();
-        let mut evicted = 0;
-        if !self.groups.contains_key(&key) && self.groups.len() >= max_groups {
-            evicted = self.evict(max_groups);
-        }
-        self.seq += 1;
         let keep = self.keep_hours();
-        let g = self.groups.entry(key.clone()).or_insert_with(|| Group {
-            key: key.clone(),
-            ledger: Ledger::default(),
-            last_value: value,
-            last_seen: 0,
-        });
+        let dirty = &mut self.dirty;
+        let make = || Group { ledger: Ledger::default(), last_value: value };
+        let Some(t) = self.groups.touch(&key, time, make, |k, _| {
+            dirty.remove(k);
+        }) else {
+            return 0;
+        };
+        let (g, evicted) = (t.state, t.evicted);
         if time >= g.ledger.last_ns {
             g.last_value = value;
         }
         g.ledger.add(time, c, keep);
-        g.last_seen = self.seq;
         self.dirty.insert(key);
         evicted
-    }
-
-    /// Evicts the least recently seen 10 % of `max` groups; returns how many.
-    fn evict(&mut self, max: usize) -> usize {
-        let n = (max / 10).max(1).min(self.groups.len());
-        let mut by_age: Vec<(u64, Vec<(String, String)>)> =
-            self.groups.iter().map(|(k, g)| (g.last_seen, k.clone())).collect();
-        by_age.sort();
-        for (_, k) in by_age.into_iter().take(n) {
-            self.groups.remove(&k);
-            self.dirty.remove(&k);
-        }
-        n
     }
 }
 
 #[derive(Serialize, Deserialize)]
 struct SnapObjective {
     name: String,
-    groups: Vec<Group>,
+    /// The groups' [`SeriesMap`] snapshot.
+    groups: Vec<u8>,
     forecast: Option<Vec<u8>>,
 }
 
@@ -282,7 +263,7 @@ impl ArrowProcessor for Slo {
                     continue;
                 }
                 if let Some(c) = r.events(p.name, p.time, p.value, start, &attrs, max_groups) {
-                    evicted += r.add(&attrs, p.time, p.value, c, max_groups);
+                    evicted += r.add(&attrs, p.time, p.value, c);
                 }
             }
         }
@@ -308,13 +289,10 @@ impl ArrowProcessor for Slo {
                 let Some(g) = r.groups.get(&key) else { continue };
                 let t = g.ledger.last_ns;
                 let a = g.ledger.assess(t, r.obj.target, r.obj.period_hours);
-                points.group(&r.obj, &g.key, &g.ledger, g.last_value, t, &a);
+                points.group(&r.obj, &key, &g.ledger, g.last_value, t, &a);
             }
             // A group silent for its whole period has nothing left to count.
-            let period_ns = r.obj.period_hours.saturating_mul(3_600_000_000_000);
-            let before = r.groups.len();
-            r.groups.retain(|_, g| g.ledger.last_ns.saturating_add(period_ns) > watermark_ns);
-            idle += before - r.groups.len();
+            idle += r.groups.expire_idle(watermark_ns, |_| None, |_, _| {});
         }
         if idle > 0 {
             self.evicted_idle.inc_by(idle as u64);
@@ -329,8 +307,10 @@ impl ArrowProcessor for Slo {
     fn snapshot(&self) -> Result<Vec<u8>, StateError> {
         let mut objs = Vec::with_capacity(self.runners.len());
         for r in &self.runners {
-            let mut groups: Vec<Group> = r.groups.values().cloned().collect();
-            groups.sort_by(|a, b| a.key.cmp(&b.key));
+            let groups = r
+                .groups
+                .snapshot(STATE_VERSION, &(), |_, g| g)
+                .map_err(|e| self.corrupt(format!("cannot serialize slo state: {e}")))?;
             let forecast = match &r.forecast {
                 Some(f) => Some(f.snapshot()?),
                 None => None,
@@ -343,11 +323,21 @@ impl ArrowProcessor for Slo {
     fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         let objs: Vec<SnapObjective> =
             postcard::from_bytes(bytes).map_err(|e| self.corrupt(format!("slo state: {e}")))?;
+        // Every objective's groups decode before any is replaced.
+        let mut restored = Vec::with_capacity(objs.len());
         for s in objs {
             // An objective no longer declared is dropped; a new one starts empty.
-            let Some(r) = self.runners.iter_mut().find(|r| r.obj.name == s.name) else { continue };
-            r.groups = s.groups.into_iter().map(|g| (g.key.clone(), g)).collect();
-            if let (Some(f), Some(b)) = (r.forecast.as_mut(), s.forecast) {
+            let Some(i) = self.runners.iter().position(|r| r.obj.name == s.name) else { continue };
+            let ((), groups) = self.runners[i]
+                .groups
+                .restore(STATE_VERSION, &s.groups, |_, g: Group| Ok(g))
+                .map_err(|e| self.corrupt(format!("slo state: {e}")))?;
+            restored.push((i, groups, s.forecast));
+        }
+        for (i, groups, forecast) in restored {
+            let r = &mut self.runners[i];
+            r.groups = groups;
+            if let (Some(f), Some(b)) = (r.forecast.as_mut(), forecast) {
                 f.restore(&b)?;
             }
         }

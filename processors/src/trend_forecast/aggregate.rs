@@ -1,7 +1,7 @@
 //! Event-time aggregates: the points of one series in epoch-aligned buckets of `aggregate`, reduced to
 //! one value (mean, max or p95) when the bucket closes, and the rolling history of those values.
 
-use crate::window_stats::sketch::{DEFAULT_ALPHA, DEFAULT_MAX_BINS, DdSketch};
+use crate::detect::sketch::{DEFAULT_ALPHA, DEFAULT_MAX_BINS, DdSketch};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 

@@ -5,6 +5,7 @@ use super::forecast;
 use super::normal;
 use super::season::Season;
 use super::state;
+use crate::detect::limits::{self, LimitDuration, SeriesLimits, with_series_limits};
 use inferwatch_core::component::{FieldError, PathSeg};
 use serde::{Deserialize, Deserializer};
 
@@ -25,46 +26,11 @@ impl Span {
     }
 }
 
-/// Parses a duration such as `21d`, `1h`, `1d12h`, `0`; nanoseconds.
+/// Parses a duration such as `21d`, `1h`, `1d12h`, `0`; nanoseconds. The workspace's one
+/// duration syntax: [`inferwatch_core::settings::parse_go_duration`] (Go's, plus `d` and `w`).
 pub fn parse_span(s: &str) -> Result<u64, String> {
-    let err =
-        || format!("invalid duration {s:?}: expected a number with a unit (ns, us, ms, s, m, h, d, w), e.g. 1h, 21d");
-    let t = s.trim();
-    if t == "0" {
-        return Ok(0);
-    }
-    let b = t.as_bytes();
-    if b.is_empty() {
-        return Err(err());
-    }
-    let (mut i, mut total) = (0, 0f64);
-    while i < b.len() {
-        let start = i;
-        while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'.') {
-            i += 1;
-        }
-        let num: f64 = t[start..i].parse().map_err(|_| err())?;
-        let ustart = i;
-        while i < b.len() && !(b[i].is_ascii_digit() || b[i] == b'.') {
-            i += 1;
-        }
-        let unit = match &t[ustart..i] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            "d" => 86_400e9,
-            "w" => 604_800e9,
-            _ => return Err(err()),
-        };
-        total += num * unit;
-    }
-    if !total.is_finite() || total >= u64::MAX as f64 {
-        return Err(err());
-    }
-    Ok(total.round() as u64)
+    // At most Go's limit (2^63 - 1 ns), so the nanoseconds fit in a u64.
+    inferwatch_core::settings::parse_go_duration(s).map(|d| d.as_nanos() as u64).map_err(|e| e.to_string())
 }
 
 impl<'de> Deserialize<'de> for Span {
@@ -105,7 +71,7 @@ pub enum Seasonality {
 
 /// Settings of `trend_forecast`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(remote = "Self", deny_unknown_fields, default)]
 pub struct TrendForecastConfig {
     /// Name of the input metric (gauge or sum points; required).
     pub metric: String,
@@ -139,12 +105,11 @@ pub struct TrendForecastConfig {
     pub confidence: f64,
     /// Seasons to remove once the history spans two periods (default daily, weekly).
     pub seasonality: Vec<Seasonality>,
-    /// Most series held; beyond it the least recently seen 10 % are evicted (default 1000).
-    pub max_series: usize,
-    /// Event time without a point after which a series and its history are forgotten (default 2d).
-    pub idle_timeout: Span,
-    /// How late a point may arrive and still count (default 0s).
-    pub allowed_lateness: Span,
+    /// `max_series` (default 1000; beyond it the least recently seen 10 % are evicted),
+    /// `idle_timeout` (default 2d: a series and its history are forgotten) and
+    /// `allowed_lateness` (default 0s), top-level keys.
+    #[serde(skip)]
+    pub limits: SeriesLimits<Span>,
 }
 
 impl Default for TrendForecastConfig {
@@ -164,10 +129,16 @@ impl Default for TrendForecastConfig {
             provisional_cap: 0.5,
             confidence: 0.9,
             seasonality: vec![Seasonality::Daily, Seasonality::Weekly],
-            max_series: 1000,
-            idle_timeout: Span::days(2),
-            allowed_lateness: Span(0),
+            limits: SeriesLimits { max_series: 1000, idle_timeout: Span::days(2), allowed_lateness: Span(0) },
         }
+    }
+}
+
+with_series_limits!(TrendForecastConfig, limits::ALL);
+
+impl LimitDuration for Span {
+    fn nanos(&self, _key: &str) -> Result<u64, FieldError> {
+        Ok(self.0)
     }
 }
 
@@ -245,9 +216,7 @@ impl TrendForecastConfig {
         let z_conf = normal::quantile(0.5 + self.confidence / 2.0)
             .filter(|_| self.confidence > 0.0 && self.confidence < 1.0)
             .ok_or_else(|| FieldError::at("confidence", "must be in (0, 1)"))?;
-        if self.max_series == 0 {
-            return Err(FieldError::at("max_series", "must be at least 1"));
-        }
+        let limits = self.limits.check()?;
         let mut seasons = Vec::new();
         for (i, s) in self.seasonality.iter().enumerate() {
             let at = |m: &str| FieldError {
@@ -271,8 +240,8 @@ impl TrendForecastConfig {
             state: state::Params {
                 aggregate_ns: agg,
                 history,
-                idle_ns: self.idle_timeout.0,
-                max_series: self.max_series,
+                idle_ns: limits.idle_ns,
+                max_series: limits.max_series,
                 statistic: self.statistic,
             },
             forecast: forecast::Params {
@@ -289,7 +258,7 @@ impl TrendForecastConfig {
                 z_conf,
                 seasons,
             },
-            lateness_ns: self.allowed_lateness.0,
+            lateness_ns: limits.lateness_ns,
         })
     }
 }

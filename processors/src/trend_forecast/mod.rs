@@ -15,6 +15,8 @@ pub mod season;
 pub mod state;
 pub mod theil_sen;
 
+use crate::detect::adapter::Adapter;
+use crate::detect::rows::column;
 use crate::detect::{self, Output, Point, kv_f64, kv_i64, kv_str};
 use arrow_array::{Array, Float64Array, RecordBatch, StringArray, UInt8Array, UInt64Array};
 use config::{Checked, TrendForecastConfig};
@@ -24,11 +26,11 @@ use inferwatch_core::component::{ComponentError, CreateContext, FieldError, pars
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::state::StateError;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
-use prometheus_client::metrics::counter::Counter;
 use state::{Closed, SeriesMeta, Skip, State};
 
-/// Version of the checkpoint format written by [`TrendForecast`].
-pub const STATE_VERSION: u32 = 1;
+/// Version of the checkpoint format written by [`TrendForecast`] (2: the detector kit's series
+/// map envelope; version 1 checkpoints are refused).
+pub const STATE_VERSION: u32 = 2;
 
 /// The `detector` attribute of the outputs.
 pub const DETECTOR: &str = "trend_forecast";
@@ -48,9 +50,7 @@ impl ArrowProcessorFactory for TrendForecastFactory {
         cfg: &serde_json::Value,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        if signal != Signal::Metrics {
-            return Err(ComponentError::Start(format!("trend_forecast reads metrics, not {}", signal.as_str())));
-        }
+        crate::detect::config::metrics_only("trend_forecast", signal)?;
         let checked = parse_config::<TrendForecastConfig>(cfg)?.check()?;
         Ok(Box::new(TrendForecast::new(checked, &ctx)))
     }
@@ -63,9 +63,7 @@ pub type SeriesFilter = Box<dyn Fn(&[KeyValue]) -> bool + Send>;
 pub struct TrendForecast {
     cfg: Checked,
     state: State,
-    name: String,
-    evicted_idle: Counter,
-    evicted_max: Counter,
+    kit: Adapter,
     /// Attributes added to every output (an embedding component's identity, e.g. the SLO's).
     extra: Vec<KeyValue>,
     /// Series selection beyond the metric name (none: every series of the metric).
@@ -77,9 +75,7 @@ impl TrendForecast {
         TrendForecast {
             state: State::new(cfg.state),
             cfg,
-            name: ctx.id.to_string(),
-            evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
-            evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
+            kit: Adapter::new(ctx, "trend_forecast"),
             extra: Vec::new(),
             accept: None,
         }
@@ -90,17 +86,6 @@ impl TrendForecast {
     pub fn embedded(cfg: Checked, ctx: &CreateContext, extra: Vec<KeyValue>, accept: SeriesFilter) -> Self {
         TrendForecast { extra, accept: Some(accept), ..Self::new(cfg, ctx) }
     }
-
-    fn corrupt(&self, message: impl std::fmt::Display) -> StateError {
-        StateError::Corrupt { key: self.name.clone(), message: message.to_string() }
-    }
-}
-
-fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, ConvError> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<T>())
-        .ok_or_else(|| ConvError::Schema(format!("trend_forecast: no column {name} of the expected type")))
 }
 
 /// The outputs of one assessment, at the end of the aggregate that closed.
@@ -203,6 +188,7 @@ impl ArrowProcessor for TrendForecast {
                     resource: metrics::row_resource(batch, row)?,
                     scope: metrics::row_scope(batch, row)?,
                     attributes,
+                    ..Default::default()
                 }))
             })?;
             match added {
@@ -211,12 +197,9 @@ impl ArrowProcessor for TrendForecast {
                 Err(Skip::Filtered) => {}
             }
         }
-        if evicted > 0 {
-            self.evicted_max.inc_by(evicted as u64);
-            tracing::debug!(processor = %self.name, evicted, "series evicted at max_series");
-        }
+        self.kit.evicted_max(evicted);
         if late > 0 {
-            tracing::debug!(processor = %self.name, late, "points before the watermark ignored");
+            tracing::debug!(processor = %self.kit.name(), late, "points before the watermark ignored");
         }
         Ok(())
     }
@@ -229,9 +212,7 @@ impl ArrowProcessor for TrendForecast {
                 push_outputs(&mut output, &c, &a, threshold, extra);
             }
         });
-        if idle > 0 {
-            self.evicted_idle.inc_by(idle as u64);
-        }
+        self.kit.evicted_idle(idle);
         output.emit(out)
     }
 
@@ -240,13 +221,11 @@ impl ArrowProcessor for TrendForecast {
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, StateError> {
-        self.state.snapshot().map_err(|e| self.corrupt(format!("cannot serialize trend_forecast state: {e}")))
+        self.kit.snapshot(self.state.snapshot())
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        let mut fresh = State::new(self.cfg.state);
-        fresh.restore(bytes).map_err(|e| self.corrupt(format!("trend_forecast state: {e}")))?;
-        self.state = fresh;
+        self.state = self.kit.restore(State::new(self.cfg.state), bytes, State::restore)?;
         Ok(())
     }
 

@@ -1,25 +1,12 @@
-//! The state of `trend_forecast`: per series its open buckets and rolling history, the cap with
-//! least-recently-seen eviction, idle expiry on event time, and the checkpoint form.
+//! The state of `trend_forecast`: per series its open buckets and rolling history in a
+//! [`SeriesMap`] (the cap with least-recently-seen eviction, idle expiry on event time, the
+//! checkpoint envelope), and its checkpoint form.
 
 use super::aggregate::{Bucket, History, Statistic};
-use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use prost::Message;
+use crate::detect::series::{MetaRepr, SeriesMap};
+pub use crate::detect::series::{RestoreError, SeriesMeta};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, HashMap};
-
-/// What a series' outputs carry over from its input points.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct SeriesMeta {
-    /// Input metric name.
-    pub metric: String,
-    /// Input resource.
-    pub resource: Resource,
-    /// Input instrumentation scope.
-    pub scope: InstrumentationScope,
-    /// Input point attributes.
-    pub attributes: Vec<KeyValue>,
-}
+use std::collections::BTreeSet;
 
 #[derive(Debug, Clone, PartialEq)]
 struct Series {
@@ -27,10 +14,6 @@ struct Series {
     /// Open buckets, increasing index (usually one; more while late points are allowed).
     open: Vec<Bucket>,
     history: History,
-    /// Largest event time of a point of this series.
-    last_point: u64,
-    /// Arrival sequence number of its latest point (least-recently-seen eviction).
-    last_seen: u64,
 }
 
 /// Parameters of the state (from the configuration; not checkpointed).
@@ -46,6 +29,12 @@ pub struct Params {
     pub max_series: usize,
     /// Statistic of a bucket's points.
     pub statistic: Statistic,
+}
+
+impl Params {
+    fn bucket_end(&self, idx: u64) -> u64 {
+        idx.saturating_add(1).saturating_mul(self.aggregate_ns.max(1))
+    }
 }
 
 /// Why a point was not added.
@@ -72,19 +61,17 @@ pub struct Closed<'a> {
 /// Open buckets and histories of every series.
 pub struct State {
     params: Params,
-    series: HashMap<u64, Series>,
+    series: SeriesMap<u64, Series>,
     /// (bucket end, series id) of every open bucket.
     open: BTreeSet<(u64, u64)>,
     watermark: u64,
-    seq: u64,
-    /// No series can be idle before this watermark.
-    next_idle_check: u64,
 }
 
 impl State {
     /// An empty state.
     pub fn new(params: Params) -> Self {
-        State { params, series: HashMap::new(), open: BTreeSet::new(), watermark: 0, seq: 0, next_idle_check: 0 }
+        let series = SeriesMap::new(params.max_series, params.idle_ns);
+        State { params, series, open: BTreeSet::new(), watermark: 0 }
     }
 
     /// Number of series held.
@@ -104,60 +91,26 @@ impl State {
         if time < self.watermark {
             return Ok(Err(Skip::Late));
         }
-        let mut evicted = 0;
-        if !self.series.contains_key(&id) {
-            let Some(meta) = meta()? else { return Ok(Err(Skip::Filtered)) };
-            if self.series.len() >= self.params.max_series {
-                evicted = self.evict_least_recent();
+        let (p, open) = (self.params, &mut self.open);
+        let make = || Ok(meta()?.map(|meta| Series { meta, open: Vec::new(), history: History::default() }));
+        let forget = |id: &u64, s: &Series| {
+            for b in &s.open {
+                open.remove(&(p.bucket_end(b.idx), *id));
             }
-            self.next_idle_check = self.next_idle_check.min(time.saturating_add(self.params.idle_ns));
-            let s = Series { meta, open: Vec::new(), history: History::default(), last_point: time, last_seen: 0 };
-            self.series.insert(id, s);
-        }
-        self.seq += 1;
-        let agg = self.params.aggregate_ns.max(1);
-        let idx = time / agg;
-        let Some(s) = self.series.get_mut(&id) else { return Ok(Ok(evicted)) };
-        s.last_seen = self.seq;
-        s.last_point = s.last_point.max(time);
+        };
+        let Some(t) = self.series.try_touch(&id, time, make, forget)? else { return Ok(Err(Skip::Filtered)) };
+        let (s, evicted) = (t.state, t.evicted);
+        let idx = time / p.aggregate_ns.max(1);
         let pos = match s.open.binary_search_by_key(&idx, |b| b.idx) {
-            Ok(p) => p,
-            Err(p) => {
-                self.open.insert((idx.saturating_add(1).saturating_mul(agg), id));
-                s.open.insert(p, Bucket::new(idx));
-                p
+            Ok(pos) => pos,
+            Err(pos) => {
+                self.open.insert((p.bucket_end(idx), id));
+                s.open.insert(pos, Bucket::new(idx));
+                pos
             }
         };
         s.open[pos].add(value);
         Ok(Ok(evicted))
-    }
-
-    /// Evicts the least recently seen 10 % of `max_series` (and any excess); returns how many.
-    fn evict_least_recent(&mut self) -> usize {
-        let max = self.params.max_series;
-        let excess = (self.series.len() + 1).saturating_sub(max);
-        let n = (max / 10).max(1).max(excess).min(self.series.len());
-        if n == 0 {
-            return 0;
-        }
-        let mut by_age: Vec<(u64, u64)> = self.series.iter().map(|(id, s)| (s.last_seen, *id)).collect();
-        if n < by_age.len() {
-            by_age.select_nth_unstable(n - 1);
-        }
-        for &(_, id) in &by_age[..n] {
-            if let Some(s) = self.series.remove(&id) {
-                for b in &s.open {
-                    let end = self.bucket_end(b.idx);
-                    self.open.remove(&(end, id));
-                }
-            }
-        }
-        tracing::debug!(evicted = n, max_series = max, "trend_forecast: evicted least recently seen series");
-        n
-    }
-
-    fn bucket_end(&self, idx: u64) -> u64 {
-        idx.saturating_add(1).saturating_mul(self.params.aggregate_ns.max(1))
     }
 
     /// Closes every bucket ending at or before `watermark`, in (end, series id) order: appends its
@@ -174,7 +127,8 @@ impl State {
             let rest = self.open.split_off(&(watermark + 1, 0));
             std::mem::replace(&mut self.open, rest)
         };
-        let (stat, cap, agg) = (self.params.statistic, self.params.history, self.params.aggregate_ns.max(1));
+        let p = self.params;
+        let (stat, cap, agg) = (p.statistic, p.history, p.aggregate_ns.max(1));
         for (end, id) in due {
             let Some(s) = self.series.get_mut(&id) else { continue };
             let idx = end / agg - 1;
@@ -187,142 +141,47 @@ impl State {
             }
             on_close(Closed { id, meta: &s.meta, end_ns: end, history: s.history.points() });
         }
-        self.evict_idle()
-    }
-
-    fn evict_idle(&mut self) -> usize {
-        if self.watermark < self.next_idle_check {
-            return 0;
-        }
-        let (idle, wm) = (self.params.idle_ns, self.watermark);
-        let before = self.series.len();
-        self.series.retain(|_, s| !(s.open.is_empty() && s.last_point.saturating_add(idle) <= wm));
-        let agg = self.params.aggregate_ns.max(1);
-        self.next_idle_check = self
-            .series
-            .values()
-            .map(|s| {
-                let open_end = s.open.last().map_or(0, |b| b.idx.saturating_add(1).saturating_mul(agg));
-                s.last_point.saturating_add(idle).max(open_end)
-            })
-            .min()
-            .unwrap_or(u64::MAX);
-        let n = before - self.series.len();
+        let n = self.series.expire_idle(watermark, |s| s.open.last().map(|b| p.bucket_end(b.idx)), |_, _| {});
         if n > 0 {
-            tracing::debug!(evicted = n, watermark = wm, "trend_forecast: evicted idle series");
+            tracing::debug!(evicted = n, watermark, "trend_forecast: evicted idle series");
         }
         n
     }
 
     /// Serializes the state (series sorted by id, so equal states give equal bytes).
     pub fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
-        let mut ids: Vec<u64> = self.series.keys().copied().collect();
-        ids.sort_unstable();
-        let series = ids
-            .into_iter()
-            .filter_map(|id| self.series.get(&id).map(|s| (id, s)))
-            .map(|(id, s)| SeriesRepr {
-                id,
-                last_point: s.last_point,
-                last_seen: s.last_seen,
-                meta: MetaRepr::from(&s.meta),
-                open: s.open.clone(),
-                history: s.history.clone(),
-            })
-            .collect();
-        postcard::to_allocvec(&SnapshotRepr { watermark: self.watermark, seq: self.seq, series })
+        self.series.snapshot(super::STATE_VERSION, &self.watermark, |_, s| SeriesRepr {
+            meta: MetaRepr::from(&s.meta),
+            open: s.open.clone(),
+            history: s.history.clone(),
+        })
     }
 
     /// Replaces the state with a snapshot; the state is unchanged on error.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), RestoreError> {
-        let repr: SnapshotRepr = postcard::from_bytes(bytes)?;
-        let mut series = HashMap::with_capacity(repr.series.len());
+        let p = self.params;
         let mut open = BTreeSet::new();
-        for s in repr.series {
+        let (watermark, series) = self.series.restore(super::STATE_VERSION, bytes, |id, s: SeriesRepr| {
             if !s.history.is_valid() || s.open.windows(2).any(|w| w[0].idx >= w[1].idx) {
                 return Err(RestoreError::Invalid("bucket order"));
             }
             for b in &s.open {
-                open.insert((self.bucket_end(b.idx), s.id));
+                open.insert((p.bucket_end(b.idx), *id));
             }
-            let meta = s.meta.try_into()?;
-            let value =
-                Series { meta, open: s.open, history: s.history, last_point: s.last_point, last_seen: s.last_seen };
-            if series.insert(s.id, value).is_some() {
-                return Err(RestoreError::Invalid("duplicate series"));
-            }
-        }
+            Ok(Series { meta: s.meta.try_into()?, open: s.open, history: s.history })
+        })?;
         self.series = series;
         self.open = open;
-        self.watermark = repr.watermark;
-        self.seq = repr.seq;
-        self.next_idle_check = 0;
+        self.watermark = watermark;
         Ok(())
     }
 }
 
-/// Why a snapshot could not be restored.
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    /// The bytes do not decode.
-    #[error("decode: {0}")]
-    Decode(#[from] postcard::Error),
-    /// Embedded protobuf metadata does not decode.
-    #[error("metadata: {0}")]
-    Proto(#[from] prost::DecodeError),
-    /// The state violates an invariant.
-    #[error("invalid state: {0}")]
-    Invalid(&'static str),
-}
-
-#[derive(Serialize, Deserialize)]
-struct SnapshotRepr {
-    watermark: u64,
-    seq: u64,
-    series: Vec<SeriesRepr>,
-}
-
 #[derive(Serialize, Deserialize)]
 struct SeriesRepr {
-    id: u64,
-    last_point: u64,
-    last_seen: u64,
     meta: MetaRepr,
     open: Vec<Bucket>,
     history: History,
-}
-
-/// Series metadata with the OTLP parts protobuf-encoded.
-#[derive(Serialize, Deserialize)]
-struct MetaRepr {
-    metric: String,
-    resource: Vec<u8>,
-    scope: Vec<u8>,
-    attributes: Vec<Vec<u8>>,
-}
-
-impl From<&SeriesMeta> for MetaRepr {
-    fn from(m: &SeriesMeta) -> Self {
-        MetaRepr {
-            metric: m.metric.clone(),
-            resource: m.resource.encode_to_vec(),
-            scope: m.scope.encode_to_vec(),
-            attributes: m.attributes.iter().map(|kv| kv.encode_to_vec()).collect(),
-        }
-    }
-}
-
-impl TryFrom<MetaRepr> for SeriesMeta {
-    type Error = prost::DecodeError;
-
-    fn try_from(r: MetaRepr) -> Result<Self, prost::DecodeError> {
-        Ok(SeriesMeta {
-            metric: r.metric,
-            resource: Resource::decode(r.resource.as_slice())?,
-            scope: InstrumentationScope::decode(r.scope.as_slice())?,
-            attributes: r.attributes.iter().map(|b| KeyValue::decode(b.as_slice())).collect::<Result<_, _>>()?,
-        })
-    }
 }
 
 #[cfg(test)]

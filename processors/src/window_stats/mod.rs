@@ -6,9 +6,13 @@
 //! come from a [`sketch::DdSketch`] (relative error α); count, min, max and mean are exact.
 //! Semantics and the accuracy guarantee: docs/window-stats.md.
 
-pub mod sketch;
 pub mod state;
 
+use crate::detect::adapter::Adapter;
+use crate::detect::config::nanos;
+use crate::detect::limits::{self, SeriesLimits, with_series_limits};
+use crate::detect::rows::column;
+use crate::detect::sketch;
 use arrow_array::{Array, Float64Array, RecordBatch, StringArray, UInt8Array, UInt64Array};
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, metrics, schema};
 use inferwatch_core::component::{ComponentError, CreateContext, FieldError, parse_config};
@@ -19,14 +23,14 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::metrics::v1::{
     Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
 };
-use prometheus_client::metrics::counter::Counter;
 use serde::Deserialize;
 use state::{Params, SeriesMeta, State, Window};
 use std::collections::HashSet;
 use std::time::Duration;
 
-/// Version of the checkpoint format written by [`WindowStats`].
-pub const STATE_VERSION: u32 = 1;
+/// Version of the checkpoint format written by [`WindowStats`] (2: the detector kit's series map
+/// envelope; version 1 checkpoints are refused).
+pub const STATE_VERSION: u32 = 2;
 
 /// A statistic of a window, emitted as `<metric>.window.<name>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
@@ -90,16 +94,14 @@ impl Stat {
 
 /// Settings of `window_stats`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(remote = "Self", deny_unknown_fields, default)]
 pub struct WindowStatsConfig {
     /// Window length (default 1m; > 0); windows are aligned to the Unix epoch.
     pub window: GoDuration,
-    /// How late a point may arrive and still count (default 0s).
-    pub allowed_lateness: GoDuration,
-    /// Most series held; beyond it the least recently seen 10 % are evicted (default 10000).
-    pub max_series: usize,
-    /// Event time without a point after which a series is forgotten (default 10m).
-    pub idle_timeout: GoDuration,
+    /// `allowed_lateness` (default 0s), `max_series` (default 10000; beyond it the least
+    /// recently seen 10 % are evicted) and `idle_timeout` (default 10m), top-level keys.
+    #[serde(skip)]
+    pub limits: SeriesLimits,
     /// Relative accuracy α of the percentiles (default 0.01).
     pub relative_accuracy: f64,
     /// Statistics to emit (default count, min, max, mean, p50, p95, p99).
@@ -112,9 +114,11 @@ impl Default for WindowStatsConfig {
     fn default() -> Self {
         WindowStatsConfig {
             window: GoDuration(Duration::from_secs(60)),
-            allowed_lateness: GoDuration(Duration::ZERO),
-            max_series: 10_000,
-            idle_timeout: GoDuration(Duration::from_secs(600)),
+            limits: SeriesLimits {
+                max_series: 10_000,
+                idle_timeout: GoDuration(Duration::from_secs(600)),
+                allowed_lateness: GoDuration(Duration::ZERO),
+            },
             relative_accuracy: sketch::DEFAULT_ALPHA,
             stats: Stat::DEFAULT.to_vec(),
             metrics: Vec::new(),
@@ -122,9 +126,7 @@ impl Default for WindowStatsConfig {
     }
 }
 
-fn nanos(key: &str, d: &GoDuration) -> Result<u64, FieldError> {
-    u64::try_from(d.0.as_nanos()).map_err(|_| FieldError::at(key, format!("{d} is too long (at most ~584 years)")))
-}
+with_series_limits!(WindowStatsConfig, limits::ALL);
 
 /// A checked configuration in the units the processor uses.
 #[derive(Debug, Clone)]
@@ -141,9 +143,7 @@ impl WindowStatsConfig {
         if window_ns == 0 {
             return Err(FieldError::at("window", "must be greater than 0"));
         }
-        if self.max_series == 0 {
-            return Err(FieldError::at("max_series", "must be at least 1"));
-        }
+        let limits = self.limits.check()?;
         let alpha = self.relative_accuracy;
         if !(alpha.is_finite() && (sketch::MIN_ALPHA..1.0).contains(&alpha)) {
             return Err(FieldError::at(
@@ -163,12 +163,12 @@ impl WindowStatsConfig {
         Ok(Checked {
             params: Params {
                 window_ns,
-                idle_ns: nanos("idle_timeout", &self.idle_timeout)?,
-                max_series: self.max_series,
+                idle_ns: limits.idle_ns,
+                max_series: limits.max_series,
                 alpha,
                 max_bins: sketch::DEFAULT_MAX_BINS,
             },
-            lateness_ns: nanos("allowed_lateness", &self.allowed_lateness)?,
+            lateness_ns: limits.lateness_ns,
             stats,
             metrics: self.metrics.iter().cloned().collect(),
         })
@@ -190,9 +190,7 @@ impl ArrowProcessorFactory for WindowStatsFactory {
         cfg: &serde_json::Value,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        if signal != Signal::Metrics {
-            return Err(ComponentError::Start(format!("window_stats reads metrics, not {}", signal.as_str())));
-        }
+        crate::detect::config::metrics_only("window_stats", signal)?;
         let checked = parse_config::<WindowStatsConfig>(cfg)?.check()?;
         Ok(Box::new(WindowStats::new(checked, &ctx)))
     }
@@ -202,24 +200,12 @@ impl ArrowProcessorFactory for WindowStatsFactory {
 pub struct WindowStats {
     cfg: Checked,
     state: State,
-    name: String,
-    evicted_idle: Counter,
-    evicted_max: Counter,
+    kit: Adapter,
 }
 
 impl WindowStats {
     fn new(cfg: Checked, ctx: &CreateContext) -> Self {
-        WindowStats {
-            state: State::new(cfg.params),
-            cfg,
-            name: ctx.id.to_string(),
-            evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
-            evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
-        }
-    }
-
-    fn corrupt(&self, message: impl std::fmt::Display) -> StateError {
-        StateError::Corrupt { key: self.name.clone(), message: message.to_string() }
+        WindowStats { state: State::new(cfg.params), cfg, kit: Adapter::new(ctx, "window_stats") }
     }
 }
 
@@ -298,13 +284,6 @@ fn is_derived_name(name: &str) -> bool {
 /// but the derived ones of another `window_stats` before this one in the same stage.
 fn selected(filter: &HashSet<String>, name: &str) -> bool {
     if filter.is_empty() { !is_derived_name(name) } else { filter.contains(name) }
-}
-
-fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, ConvError> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<T>())
-        .ok_or_else(|| ConvError::Schema(format!("window_stats: no column {name} of the expected type")))
 }
 
 fn string_at(batch: &RecordBatch, name: &str, row: usize) -> Result<String, ConvError> {
@@ -389,12 +368,9 @@ impl ArrowProcessor for WindowStats {
                 Err(state::Skip::Filtered) => {}
             }
         }
-        if evicted > 0 {
-            self.evicted_max.inc_by(evicted as u64);
-            tracing::debug!(processor = %self.name, evicted, "series evicted at max_series");
-        }
+        self.kit.evicted_max(evicted);
         if late > 0 {
-            tracing::debug!(processor = %self.name, late, "points before the watermark ignored");
+            tracing::debug!(processor = %self.kit.name(), late, "points before the watermark ignored");
         }
         Ok(())
     }
@@ -403,9 +379,7 @@ impl ArrowProcessor for WindowStats {
         let mut derived = Derived::default();
         let stats = &self.cfg.stats;
         let idle = self.state.close_until(watermark_ns, |_, meta, w| derived.push(stats, meta, w));
-        if idle > 0 {
-            self.evicted_idle.inc_by(idle as u64);
-        }
+        self.kit.evicted_idle(idle);
         if !derived.out.is_empty() {
             out.push(metrics::to_batch(&ExportMetricsServiceRequest { resource_metrics: derived.out })?);
         }
@@ -417,13 +391,11 @@ impl ArrowProcessor for WindowStats {
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, StateError> {
-        self.state.snapshot().map_err(|e| self.corrupt(format!("cannot serialize window_stats state: {e}")))
+        self.kit.snapshot(self.state.snapshot())
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        let mut fresh = State::new(self.cfg.params);
-        fresh.restore(bytes).map_err(|e| self.corrupt(format!("window_stats state: {e}")))?;
-        self.state = fresh;
+        self.state = self.kit.restore(State::new(self.cfg.params), bytes, State::restore)?;
         Ok(())
     }
 

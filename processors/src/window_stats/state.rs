@@ -1,30 +1,11 @@
-//! The state of `window_stats`: open windows per series, eviction, and its checkpoint form.
+//! The state of `window_stats`: open windows per series in a [`SeriesMap`] (eviction, idle
+//! expiry, the checkpoint envelope), indexed by window end, and its checkpoint form.
 
-use super::sketch::{DdSketch, SketchError};
-use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use prost::Message;
+use crate::detect::series::{MetaRepr, SeriesMap};
+pub use crate::detect::series::{RestoreError, SeriesMeta};
+use crate::detect::sketch::DdSketch;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, HashMap};
-
-/// What a series' derived points carry over from its source points.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct SeriesMeta {
-    /// Source metric name.
-    pub metric: String,
-    /// Source metric unit.
-    pub unit: String,
-    /// Source resource.
-    pub resource: Resource,
-    /// Source ResourceMetrics schema_url.
-    pub resource_schema_url: String,
-    /// Source instrumentation scope.
-    pub scope: InstrumentationScope,
-    /// Source ScopeMetrics schema_url.
-    pub scope_schema_url: String,
-    /// Source point attributes.
-    pub attributes: Vec<KeyValue>,
-}
+use std::collections::BTreeSet;
 
 /// One tumbling window of one series.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,17 +23,12 @@ struct Series {
     meta: SeriesMeta,
     /// Open windows (usually one; more while late points are allowed).
     windows: Vec<Window>,
-    /// Largest event time of a point of this series.
-    last_point: u64,
-    /// Arrival sequence number of its latest point (for least-recently-seen eviction).
-    last_seen: u64,
 }
 
 impl Series {
-    /// Watermark at which the series is idle: its windows are closed and no point came for `idle` ns.
-    fn idle_deadline(&self, idle: u64) -> u64 {
-        let windows_end = self.windows.iter().map(|w| w.end).max().unwrap_or(0);
-        self.last_point.saturating_add(idle).max(windows_end)
+    /// The watermark its windows close at (`None`: no window open).
+    fn open_until(&self) -> Option<u64> {
+        self.windows.iter().map(|w| w.end).max()
     }
 }
 
@@ -83,19 +59,17 @@ pub enum Skip {
 /// Open windows of every series, indexed by window end for closing in order.
 pub struct State {
     params: Params,
-    series: HashMap<u64, Series>,
+    series: SeriesMap<u64, Series>,
     /// (window end, series id) of every open window.
     open: BTreeSet<(u64, u64)>,
     watermark: u64,
-    seq: u64,
-    /// No series can be idle before this watermark (a lower bound of every series' idle deadline).
-    next_idle_check: u64,
 }
 
 impl State {
     /// An empty state.
     pub fn new(params: Params) -> Self {
-        State { params, series: HashMap::new(), open: BTreeSet::new(), watermark: 0, seq: 0, next_idle_check: 0 }
+        let series = SeriesMap::new(params.max_series, params.idle_ns);
+        State { params, series, open: BTreeSet::new(), watermark: 0 }
     }
 
     /// Number of series held.
@@ -120,21 +94,17 @@ impl State {
         if time < self.watermark {
             return Ok(Err(Skip::Late));
         }
-        let mut evicted = 0;
-        if !self.series.contains_key(&id) {
-            let Some(meta) = meta()? else { return Ok(Err(Skip::Filtered)) };
-            if self.series.len() >= self.params.max_series {
-                evicted = self.evict_least_recent();
+        let open = &mut self.open;
+        let make = || Ok(meta()?.map(|meta| Series { meta, windows: Vec::new() }));
+        let forget = |id: &u64, s: &Series| {
+            for w in &s.windows {
+                open.remove(&(w.end, *id));
             }
-            self.next_idle_check = self.next_idle_check.min(time.saturating_add(self.params.idle_ns));
-            self.series.insert(id, Series { meta, windows: Vec::new(), last_point: time, last_seen: 0 });
-        }
-        self.seq += 1;
+        };
+        let Some(t) = self.series.try_touch(&id, time, make, forget)? else { return Ok(Err(Skip::Filtered)) };
+        let (s, evicted) = (t.state, t.evicted);
         let w = self.params.window_ns;
         let start = time - time % w;
-        let Some(s) = self.series.get_mut(&id) else { return Ok(Ok(evicted)) };
-        s.last_seen = self.seq;
-        s.last_point = s.last_point.max(time);
         let window = match s.windows.iter().rposition(|x| x.start == start) {
             Some(i) => &mut s.windows[i],
             None => {
@@ -150,33 +120,6 @@ impl State {
         Ok(Ok(evicted))
     }
 
-    /// Evicts the least recently seen 10 % of `max_series` (and any excess); returns how many.
-    fn evict_least_recent(&mut self) -> usize {
-        let max = self.params.max_series;
-        let excess = (self.series.len() + 1).saturating_sub(max);
-        let n = (max / 10).max(1).max(excess).min(self.series.len());
-        if n == 0 {
-            return 0;
-        }
-        let mut by_age: Vec<(u64, u64)> = self.series.iter().map(|(id, s)| (s.last_seen, *id)).collect();
-        if n < by_age.len() {
-            by_age.select_nth_unstable(n - 1);
-        }
-        for &(_, id) in &by_age[..n] {
-            self.remove(id);
-        }
-        tracing::debug!(evicted = n, max_series = max, "window_stats: evicted least recently seen series");
-        n
-    }
-
-    fn remove(&mut self, id: u64) {
-        if let Some(s) = self.series.remove(&id) {
-            for w in &s.windows {
-                self.open.remove(&(w.end, id));
-            }
-        }
-    }
-
     /// Closes every window ending at or before `watermark`, in (end, series id) order, passing each
     /// to `emit`; then evicts idle series. Returns the number of idle series evicted.
     pub fn close_until(&mut self, watermark: u64, mut emit: impl FnMut(u64, &SeriesMeta, &Window)) -> usize {
@@ -190,161 +133,49 @@ impl State {
             let rest = self.open.split_off(&(watermark + 1, 0));
             std::mem::replace(&mut self.open, rest)
         };
-        self.close_each(due.into_iter(), &mut emit);
-        self.evict_idle()
-    }
-
-    fn close_each(&mut self, due: impl Iterator<Item = (u64, u64)>, emit: &mut impl FnMut(u64, &SeriesMeta, &Window)) {
         for (end, id) in due {
             let Some(s) = self.series.get_mut(&id) else { continue };
             let Some(i) = s.windows.iter().position(|w| w.end == end) else { continue };
             let w = s.windows.swap_remove(i);
             emit(id, &s.meta, &w);
         }
-    }
-
-    fn evict_idle(&mut self) -> usize {
-        if self.watermark < self.next_idle_check {
-            return 0;
-        }
-        let idle = self.params.idle_ns;
-        let wm = self.watermark;
-        let before = self.series.len();
-        self.series.retain(|_, s| !(s.windows.is_empty() && s.last_point.saturating_add(idle) <= wm));
-        self.next_idle_check = self.series.values().map(|s| s.idle_deadline(idle)).min().unwrap_or(u64::MAX);
-        let n = before - self.series.len();
+        let n = self.series.expire_idle(watermark, Series::open_until, |_, _| {});
         if n > 0 {
-            tracing::debug!(evicted = n, watermark = wm, "window_stats: evicted idle series");
+            tracing::debug!(evicted = n, watermark, "window_stats: evicted idle series");
         }
         n
     }
 
     /// Serializes the state (series sorted by id, so equal states give equal bytes).
     pub fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
-        let mut ids: Vec<&u64> = self.series.keys().collect();
-        ids.sort_unstable();
-        let series = ids
-            .into_iter()
-            .filter_map(|id| self.series.get(id).map(|s| (*id, s)))
-            .map(|(id, s)| SeriesRepr {
-                id,
-                last_point: s.last_point,
-                last_seen: s.last_seen,
-                meta: MetaRepr::from(&s.meta),
-                windows: s.windows.clone(),
-            })
-            .collect();
-        postcard::to_allocvec(&SnapshotRepr { watermark: self.watermark, seq: self.seq, series })
+        self.series.snapshot(super::STATE_VERSION, &self.watermark, |_, s| SeriesRepr {
+            meta: MetaRepr::from(&s.meta),
+            windows: s.windows.clone(),
+        })
     }
 
     /// Replaces the state with a snapshot; the state is unchanged on error.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), RestoreError> {
-        let repr: SnapshotRepr = postcard::from_bytes(bytes)?;
-        let mut series = HashMap::with_capacity(repr.series.len());
         let mut open = BTreeSet::new();
-        for s in repr.series {
+        let (watermark, series) = self.series.restore(super::STATE_VERSION, bytes, |id, s: SeriesRepr| {
             for w in &s.windows {
-                if w.start >= w.end || !open.insert((w.end, s.id)) {
+                if w.start >= w.end || !open.insert((w.end, *id)) {
                     return Err(RestoreError::Invalid("window bounds"));
                 }
             }
-            if series
-                .insert(
-                    s.id,
-                    Series {
-                        meta: s.meta.try_into()?,
-                        windows: s.windows,
-                        last_point: s.last_point,
-                        last_seen: s.last_seen,
-                    },
-                )
-                .is_some()
-            {
-                return Err(RestoreError::Invalid("duplicate series"));
-            }
-        }
+            Ok(Series { meta: s.meta.try_into()?, windows: s.windows })
+        })?;
         self.series = series;
         self.open = open;
-        self.watermark = repr.watermark;
-        self.seq = repr.seq;
-        self.next_idle_check = 0;
+        self.watermark = watermark;
         Ok(())
     }
 }
 
-/// Why a snapshot could not be restored.
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    /// The bytes do not decode.
-    #[error("decode: {0}")]
-    Decode(#[from] postcard::Error),
-    /// Embedded protobuf metadata does not decode.
-    #[error("metadata: {0}")]
-    Proto(#[from] prost::DecodeError),
-    /// A sketch violates its invariants.
-    #[error("sketch: {0}")]
-    Sketch(#[from] SketchError),
-    /// The state violates an invariant.
-    #[error("invalid state: {0}")]
-    Invalid(&'static str),
-}
-
-#[derive(Serialize, Deserialize)]
-struct SnapshotRepr {
-    watermark: u64,
-    seq: u64,
-    series: Vec<SeriesRepr>,
-}
-
 #[derive(Serialize, Deserialize)]
 struct SeriesRepr {
-    id: u64,
-    last_point: u64,
-    last_seen: u64,
     meta: MetaRepr,
     windows: Vec<Window>,
-}
-
-/// Series metadata with the OTLP parts protobuf-encoded (their serde form is JSON-specific).
-#[derive(Serialize, Deserialize)]
-struct MetaRepr {
-    metric: String,
-    unit: String,
-    resource: Vec<u8>,
-    resource_schema_url: String,
-    scope: Vec<u8>,
-    scope_schema_url: String,
-    attributes: Vec<Vec<u8>>,
-}
-
-impl From<&SeriesMeta> for MetaRepr {
-    fn from(m: &SeriesMeta) -> Self {
-        MetaRepr {
-            metric: m.metric.clone(),
-            unit: m.unit.clone(),
-            resource: m.resource.encode_to_vec(),
-            resource_schema_url: m.resource_schema_url.clone(),
-            scope: m.scope.encode_to_vec(),
-            scope_schema_url: m.scope_schema_url.clone(),
-            attributes: m.attributes.iter().map(|kv| kv.encode_to_vec()).collect(),
-        }
-    }
-}
-
-impl TryFrom<MetaRepr> for SeriesMeta {
-    type Error = prost::DecodeError;
-
-    fn try_from(r: MetaRepr) -> Result<Self, prost::DecodeError> {
-        Ok(SeriesMeta {
-            metric: r.metric,
-            unit: r.unit,
-            resource: Resource::decode(r.resource.as_slice())?,
-            resource_schema_url: r.resource_schema_url,
-            scope: InstrumentationScope::decode(r.scope.as_slice())?,
-            scope_schema_url: r.scope_schema_url,
-            attributes: r.attributes.iter().map(|b| KeyValue::decode(b.as_slice())).collect::<Result<_, _>>()?,
-        })
-    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Processor `zscore_skew`: windowed z-score with a skew penalty (spec §2), per series, O(1) per point.
+//! Processor `zscore_skew`: windowed z-score with a skew penalty (docs/detectors/zscore_skew.md), per series, O(1) per point.
 //!
 //! For each series of the configured metrics, the point at index i = w, w+s, w+2s, … (counting
 //! the series' finite points) is scored against the w points before it:
@@ -11,6 +11,10 @@
 pub mod state;
 pub mod window;
 
+use crate::detect::adapter::Adapter;
+pub use crate::detect::level::LevelConfig;
+use crate::detect::limits::{self, Limits, SeriesLimits, with_series_limits};
+use crate::detect::rows::column;
 use crate::detect::{self, Output, kv_f64, kv_i64};
 use arrow_array::{Array, Float64Array, RecordBatch, StringArray, UInt8Array, UInt64Array};
 use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, metrics, schema};
@@ -18,35 +22,19 @@ use inferwatch_core::component::{ComponentError, CreateContext, FieldError, pars
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::settings::GoDuration;
 use inferwatch_core::state::StateError;
-use prometheus_client::metrics::counter::Counter;
 use serde::Deserialize;
 use state::{Params, SeriesMeta, State};
 use std::collections::HashSet;
 use std::time::Duration;
 use window::Path;
 
-/// Version of the checkpoint format written by [`ZscoreSkew`].
-pub const STATE_VERSION: u32 = 1;
+/// Version of the checkpoint format written by [`ZscoreSkew`] (2: the detector kit's series map
+/// envelope; version 1 checkpoints are refused).
+pub const STATE_VERSION: u32 = 2;
 /// The `detector` attribute of the output.
 pub const DETECTOR: &str = "zscore_skew";
 /// Largest accepted `window`.
 pub const MAX_WINDOW: usize = 10_000;
-
-/// The linear mapping of the score to the level: `zero` → 0, `one` → 1, clamped.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LevelConfig {
-    /// Score at and below which the level is 0 (default 3).
-    pub zero: f64,
-    /// Score at and above which the level is 1 (default 6).
-    pub one: f64,
-}
-
-impl Default for LevelConfig {
-    fn default() -> Self {
-        LevelConfig { zero: 3.0, one: 6.0 }
-    }
-}
 
 /// How windows of few distinct values (bucketed percentiles, integers) are scaled.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -66,7 +54,7 @@ impl Default for QuantisedConfig {
 
 /// Settings of `zscore_skew`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(remote = "Self", deny_unknown_fields, default)]
 pub struct ZscoreSkewConfig {
     /// Exact names of the metrics to score (at least one).
     pub metrics: Vec<String>,
@@ -74,10 +62,10 @@ pub struct ZscoreSkewConfig {
     pub window: usize,
     /// Step s between scored points (default 1; ≥ 1, the spec's range is 1..5).
     pub step: usize,
-    /// Most series held; beyond it the least recently seen 10 % are evicted (default 10000).
-    pub max_series: usize,
-    /// Event time without a point after which a series is forgotten (default 1h).
-    pub idle_timeout: GoDuration,
+    /// `max_series` (default 10000; beyond it the least recently seen 10 % are evicted) and
+    /// `idle_timeout` (default 1h; > 0), top-level keys; no `allowed_lateness` (no windows).
+    #[serde(skip)]
+    pub limits: SeriesLimits,
     /// Score → level mapping (default 3 → 0, 6 → 1).
     pub level: LevelConfig,
     /// Absolute floor on the standard deviation, in the metric's unit (default 0).
@@ -94,8 +82,11 @@ impl Default for ZscoreSkewConfig {
             metrics: Vec::new(),
             window: 50,
             step: 1,
-            max_series: 10_000,
-            idle_timeout: GoDuration(Duration::from_secs(3600)),
+            limits: SeriesLimits {
+                max_series: 10_000,
+                idle_timeout: GoDuration(Duration::from_secs(3600)),
+                allowed_lateness: GoDuration(Duration::ZERO),
+            },
             level: LevelConfig::default(),
             min_std: 0.0,
             min_relative_std: 0.05,
@@ -103,6 +94,8 @@ impl Default for ZscoreSkewConfig {
         }
     }
 }
+
+with_series_limits!(ZscoreSkewConfig, limits::NO_LATENESS);
 
 /// A checked configuration in the units the processor uses.
 #[derive(Debug, Clone)]
@@ -133,11 +126,7 @@ impl ZscoreSkewConfig {
         if self.step == 0 {
             return Err(FieldError::at("step", "must be at least 1"));
         }
-        if self.max_series == 0 {
-            return Err(FieldError::at("max_series", "must be at least 1"));
-        }
-        let idle_ns = u64::try_from(self.idle_timeout.0.as_nanos())
-            .map_err(|_| FieldError::at("idle_timeout", format!("{} is too long", self.idle_timeout)))?;
+        let Limits { max_series, idle_ns, .. } = self.limits.check()?;
         if idle_ns == 0 {
             return Err(FieldError::at("idle_timeout", "must be greater than 0"));
         }
@@ -166,7 +155,7 @@ impl ZscoreSkewConfig {
             ));
         }
         Ok(Checked {
-            params: Params { window: self.window, max_series: self.max_series, idle_ns, max_distinct },
+            params: Params { window: self.window, max_series, idle_ns, max_distinct },
             step: self.step as u64,
             level: self.level,
             floors: window::Floors {
@@ -194,9 +183,7 @@ impl ArrowProcessorFactory for ZscoreSkewFactory {
         cfg: &serde_json::Value,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        if signal != Signal::Metrics {
-            return Err(ComponentError::Start(format!("zscore_skew reads metrics, not {}", signal.as_str())));
-        }
+        crate::detect::config::metrics_only("zscore_skew", signal)?;
         Ok(Box::new(ZscoreSkew::new(&ctx, cfg)?))
     }
 }
@@ -216,9 +203,7 @@ pub struct PathCounts {
 pub struct ZscoreSkew {
     cfg: Checked,
     state: State,
-    name: String,
-    evicted_idle: Counter,
-    evicted_max: Counter,
+    kit: Adapter,
     paths: PathCounts,
 }
 
@@ -229,9 +214,7 @@ impl ZscoreSkew {
         Ok(ZscoreSkew {
             state: State::new(cfg.params),
             cfg,
-            name: ctx.id.to_string(),
-            evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
-            evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
+            kit: Adapter::new(ctx, "zscore_skew"),
             paths: PathCounts::default(),
         })
     }
@@ -245,17 +228,6 @@ impl ZscoreSkew {
     pub fn path_counts(&self) -> PathCounts {
         self.paths
     }
-
-    fn corrupt(&self, message: impl std::fmt::Display) -> StateError {
-        StateError::Corrupt { key: self.name.clone(), message: message.to_string() }
-    }
-}
-
-fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, ConvError> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<T>())
-        .ok_or_else(|| ConvError::Schema(format!("zscore_skew: no column {name} of the expected type")))
 }
 
 impl ArrowProcessor for ZscoreSkew {
@@ -318,6 +290,7 @@ impl ArrowProcessor for ZscoreSkew {
                     resource: metrics::row_resource(batch, row)?,
                     scope: metrics::row_scope(batch, row)?,
                     attributes: metrics::row_attributes(batch, row)?,
+                    ..Default::default()
                 }))
             })?;
             evicted += n;
@@ -356,12 +329,9 @@ impl ArrowProcessor for ZscoreSkew {
             s.window.push(x);
             s.seen += 1;
         }
-        if evicted > 0 {
-            self.evicted_max.inc_by(evicted as u64);
-            tracing::debug!(processor = %self.name, evicted, "series evicted at max_series");
-        }
+        self.kit.evicted_max(evicted);
         if skipped > 0 {
-            tracing::debug!(processor = %self.name, skipped, "NaN or infinite points skipped");
+            tracing::debug!(processor = %self.kit.name(), skipped, "NaN or infinite points skipped");
         }
         output.emit(out)
     }
@@ -372,10 +342,7 @@ impl ArrowProcessor for ZscoreSkew {
             return Ok(());
         }
         let idle = self.state.evict_idle(watermark_ns);
-        if idle > 0 {
-            self.evicted_idle.inc_by(idle as u64);
-            tracing::debug!(processor = %self.name, idle, "idle series forgotten");
-        }
+        self.kit.evicted_idle(idle);
         Ok(())
     }
 
@@ -384,13 +351,11 @@ impl ArrowProcessor for ZscoreSkew {
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, StateError> {
-        self.state.snapshot().map_err(|e| self.corrupt(format!("cannot serialize zscore_skew state: {e}")))
+        self.kit.snapshot(self.state.snapshot())
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        let mut fresh = State::new(self.cfg.params);
-        fresh.restore(bytes).map_err(|e| self.corrupt(format!("zscore_skew state: {e}")))?;
-        self.state = fresh;
+        self.state = self.kit.restore(State::new(self.cfg.params), bytes, State::restore)?;
         Ok(())
     }
 

@@ -41,9 +41,9 @@ use serde::{Deserialize, Serialize};
 const U: f64 = f64::EPSILON / 2.0;
 /// Largest accepted error bound of a fast score, relative to max(1, score).
 pub const TOLERANCE: f64 = 1e-11;
-/// The guard added to the standard deviation in z (spec §2).
+/// The guard added to the standard deviation in z (docs/detectors/zscore_skew.md).
 pub const STD_GUARD: f64 = 1e-8;
-/// Weight of |skew| in the score (spec §2).
+/// Weight of |skew| in the score (docs/detectors/zscore_skew.md).
 pub const SKEW_WEIGHT: f64 = 0.3;
 /// Smallest m2 the fast path accepts (2⁻⁶⁰⁰): below it cubes of deviations near underflow.
 const MIN_M2: f64 = 2.409_919_865_102_884_7e-181;
@@ -75,7 +75,7 @@ pub struct Floors {
 }
 
 impl Floors {
-    /// No floor: the score of spec §2 as it is.
+    /// No floor: the score as docs/detectors/zscore_skew.md defines it.
     pub const NONE: Floors = Floors { min_std: 0.0, min_relative_std: 0.0, constant_step: 0.0 };
 
     /// The floored scale of a window of mean `mean` and standard deviation `std`.

@@ -95,6 +95,13 @@ impl ReceiverFactory for NvmlReceiverFactory {
     }
 }
 
+/// `inferwatch_nvml_available{receiver}`: 1 while a receiver samples GPUs through NVML, 0 while it idles.
+pub const NVML_AVAILABLE: inferwatch_core::telemetry::Gauges<1> = inferwatch_core::telemetry::Gauges::new(
+    "inferwatch_nvml_available",
+    "1 when an nvml receiver samples GPUs through NVML, 0 when it idles without it",
+    ["receiver"],
+);
+
 /// The receiver's own counters; `available` is `inferwatch_nvml_available{receiver}` on the self-metrics endpoint.
 #[derive(Clone, Default)]
 pub struct NvmlStats {
@@ -148,7 +155,8 @@ fn open(config: &NvmlConfig, opener: &SourceOpener) -> Result<(Box<dyn GpuSource
 impl NvmlReceiver {
     /// A receiver that opens its source with `opener` on `start`.
     pub fn new(ctx: CreateContext, config: NvmlConfig, opener: SourceOpener) -> Self {
-        let stats = NvmlStats { available: ctx.telemetry.nvml_available(&ctx.id), ..NvmlStats::default() };
+        let stats =
+            NvmlStats { available: NVML_AVAILABLE.get(&ctx.telemetry, [&ctx.id.to_string()]), ..NvmlStats::default() };
         NvmlReceiver { id: ctx.id, telemetry: ctx.telemetry, config, opener, stats, devices: Vec::new(), running: None }
     }
 

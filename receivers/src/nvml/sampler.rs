@@ -150,7 +150,7 @@ impl Sampler {
                     }
                     Err(e) => {
                         stats.sample_errors.inc();
-                        telemetry.scrape_failures(&job, &d.uuid, e.kind.as_str()).inc();
+                        crate::prometheus::SCRAPE_FAILURES.get(&telemetry, [&job, &d.uuid, e.kind.as_str()]).inc();
                         if failing.insert(d.uuid.clone(), e.kind) != Some(e.kind) {
                             tracing::warn!(receiver = %id, gpu.uuid = %d.uuid, gpu.index = d.index,
                                 reason = %e.kind, error = %e.message,

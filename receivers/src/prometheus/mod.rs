@@ -78,6 +78,14 @@ use tokio_util::sync::CancellationToken;
 
 pub use scrape::{ACCEPT, MAX_BODY, ScrapeError, fetch, fetch_with};
 
+/// `inferwatch_scrape_failures{job, target, reason}`: failed scrapes, target discoveries and
+/// target lists of this receiver (and failed GPU samples of the nvml receiver, job = its id).
+pub const SCRAPE_FAILURES: inferwatch_core::telemetry::Counters<3> = inferwatch_core::telemetry::Counters::new(
+    "inferwatch_scrape_failures",
+    "Failed scrapes of the prometheus receiver, by job, target and reason",
+    ["job", "target", "reason"],
+);
+
 /// How long `shutdown` waits for the loops before abandoning them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 

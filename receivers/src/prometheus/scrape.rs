@@ -332,7 +332,7 @@ impl ScrapeLoop {
             Err(e) => {
                 let reason = e.reason();
                 let job = &self.converter.target().job;
-                self.telemetry.scrape_failures(job, &self.converter.instance(), reason).inc();
+                super::SCRAPE_FAILURES.get(&self.telemetry, [job, &self.converter.instance(), reason]).inc();
                 if st.health != Health::Down(reason) {
                     tracing::warn!(receiver = %self.id, job = %job, reason, error = %e,
                         "scrape failed; up = 0, retrying every {:?}", self.interval);

@@ -199,7 +199,9 @@ impl Manager {
                     }
                     Ok(None) => {}
                     Err(e) => {
-                        self.telemetry.scrape_failures(&self.job.name, &g.source, "invalid_target").inc();
+                        super::SCRAPE_FAILURES
+                            .get(&self.telemetry, [&self.job.name, &g.source, "invalid_target"])
+                            .inc();
                         tracing::debug!(job = %self.job.name, source = %g.source, error = %e, "target refused");
                     }
                 }
@@ -216,7 +218,7 @@ impl Manager {
         loop {
             let mut wanted = self.wanted();
             if wanted.len() > self.job.target_limit {
-                self.telemetry.scrape_failures(&self.job.name, "", "target_limit").inc();
+                super::SCRAPE_FAILURES.get(&self.telemetry, [&self.job.name, "", "target_limit"]).inc();
                 if !over_limit {
                     tracing::warn!(job = %self.job.name, targets = wanted.len(), limit = self.job.target_limit,
                         "target_limit exceeded: none of the job's targets is scraped");

@@ -1,11 +1,12 @@
 //! Feeding chunks to the pipeline: pacing, retries on backpressure, the read position and
 //! progress.
 
+use super::ReplayControl;
 use super::position::ReplayPosition;
 use super::read::{Chunk, Event};
 use inferwatch_core::component::{ComponentId, ReceiverConsumers};
 use inferwatch_core::consumer::ConsumeError;
-use inferwatch_core::host::{Host, ReplayControl};
+use inferwatch_core::host::Host;
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::telemetry::{ReceiverMetrics, Telemetry};
 use std::sync::Arc;
@@ -62,7 +63,7 @@ pub(crate) struct Feeder {
 
 impl Feeder {
     fn control(&self) -> Option<&ReplayControl> {
-        self.host.replay.as_deref()
+        self.host.run.get::<ReplayControl>()
     }
 
     /// Feeds every event until the reader is done; `Err` when the receiver stopped.
@@ -169,7 +170,7 @@ impl Feeder {
             self.metrics.refused(signal, items);
         } else {
             self.metrics.accepted(signal, items);
-            self.telemetry.replay_items(&self.id, signal).inc_by(items as u64);
+            super::REPLAY_ITEMS.get(&self.telemetry, [&self.id.to_string(), signal.as_str()]).inc_by(items as u64);
         }
         self.position.advance(c.file, c.end);
         if let Some(ctl) = self.control() {

@@ -28,11 +28,13 @@
 //! it is done.
 
 pub mod config;
+mod control;
 mod feed;
 mod input;
 mod position;
 mod read;
 mod time;
+pub use control::{REPLAY_ITEMS, ReplayControl, ReplayProgress};
 pub(crate) use read::{caught, check_rows, ipc_reader, next_batch, parquet_builder};
 pub(crate) use time::{batch_first, batch_min};
 
@@ -109,7 +111,7 @@ impl ReplayReceiver {
 
     /// The inputs and pace: the `inferwatch replay` request when there is one, else the settings.
     fn plan(&self) -> (Vec<PathBuf>, f64) {
-        match &self.host.replay {
+        match self.host.run.get::<ReplayControl>() {
             Some(c) => (c.inputs.clone(), c.speed.unwrap_or(0.0)),
             None => (self.config.include.clone(), self.config.speed),
         }
@@ -191,7 +193,7 @@ struct Job {
 
 impl Job {
     async fn run(self) {
-        let control = self.host.replay.clone();
+        let control = self.host.run.get_arc::<ReplayControl>();
         let inputs = self.inputs.clone();
         let cancel = self.cancel.clone();
         let listed = tokio::task::spawn_blocking(move || {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// A GPU: nominal hardware figures plus the calibrated effective rates the cost model uses.
 ///
 /// The effective figures are calibrated so that Llama-3-8B FP16 reproduces the study's
-/// TTFT / TPS table (shared/spec/bench-and-sim.md); they are not datasheet numbers.
+/// TTFT / TPS table (scenarios/README.md, Engine calibration); they are not datasheet numbers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuProfile {

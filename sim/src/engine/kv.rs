@@ -1,5 +1,5 @@
 //! The paged KV-cache block pool: a free list with holes, pinned blocks, and the
-//! fragmentation index KVF (shared/spec/signals-and-detectors.md §6).
+//! fragmentation index KVF (docs/detectors/kv_pressure.md).
 
 use serde::{Deserialize, Serialize};
 
@@ -230,7 +230,7 @@ pub fn kvf(largest_free_run: u32, free: u32) -> f64 {
     if free == 0 { 0.0 } else { 1.0 - f64::from(largest_free_run) / f64::from(free) }
 }
 
-/// The study's allocation check (§6): requests sorted by length, descending, each needs
+/// The study's allocation check (docs/detectors/kv_pressure.md): requests sorted by length, descending, each needs
 /// `ceil(len / block_size)` blocks; if one does not fit in the free blocks left, the whole
 /// step fails (recompute) and the result is 0.0; otherwise blocks allocated / free blocks.
 /// With no free blocks and nothing to allocate the result is 0.0.

@@ -88,7 +88,7 @@ impl FinishReason {
 /// Everything the engine knows about a finished request: the source of the `llm_request`
 /// span attributes and of the per-request `vllm:*` histograms.
 ///
-/// Intervals follow vLLM V1 (shared/reference/llm-telemetry.md §2.8): queue = first scheduled
+/// Intervals follow vLLM V1: queue = first scheduled
 /// − arrival, prefill = first token − first scheduled, decode = last token − first token,
 /// inference = last token − first scheduled, so queue + prefill + decode = e2e exactly.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -24,8 +24,8 @@ pub fn nanos_to_secs(n: Nanos) -> f64 {
 }
 
 /// A duration in seconds that deserializes from a number (seconds) or a string with units
-/// (`ms`, `s`, `m`, `h`, `d`, `w`, concatenable: `"1d12h"`, `"500ms"`, `"2.5m"`); it
-/// serializes as a number of seconds.
+/// (Go's `ns`, `us`, `ms`, `s`, `m`, `h` plus `d` and `w`, concatenable: `"1d12h"`, `"500ms"`,
+/// `"2.5m"`; see [`parse_duration`]); it serializes as a number of seconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, PartialOrd)]
 pub struct SimDuration(pub f64);
 
@@ -46,7 +46,9 @@ impl SimDuration {
     }
 }
 
-/// Parses a duration string such as `"1d12h"`, `"90s"`, `"250ms"` or a bare number of seconds.
+/// Parses a duration string such as `"1d12h"`, `"90s"`, `"250ms"` or a bare number of seconds,
+/// in seconds: the workspace's one duration syntax ([`inferwatch_core::settings::parse_go_duration`]:
+/// Go's units plus `d` and `w`), with `min` accepted for `m` as scenario files always could.
 pub fn parse_duration(text: &str) -> Result<f64, String> {
     let t = text.trim();
     if t.is_empty() {
@@ -55,31 +57,11 @@ pub fn parse_duration(text: &str) -> Result<f64, String> {
     if let Ok(v) = t.parse::<f64>() {
         return check(v, text);
     }
-    let mut total = 0.0;
-    let mut rest = t;
-    while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        if num_len == 0 {
-            return Err(format!("invalid duration {text:?}: expected a number before {rest:?}"));
-        }
-        let value: f64 = rest[..num_len].parse().map_err(|_| format!("invalid duration {text:?}: bad number"))?;
-        rest = &rest[num_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let scale = match unit {
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" | "min" => 60.0,
-            "h" => 3600.0,
-            "d" => 86_400.0,
-            "w" => 7.0 * 86_400.0,
-            "" => return Err(format!("invalid duration {text:?}: missing unit (ms, s, m, h, d, w)")),
-            other => return Err(format!("invalid duration {text:?}: unknown unit {other:?}")),
-        };
-        total += value * scale;
-    }
-    check(total, text)
+    // No unit contains "min", so the alias is replaced wherever it appears ("1h30min").
+    let t = t.replace("min", "m");
+    inferwatch_core::settings::parse_go_duration(&t)
+        .map(|d| d.as_secs_f64())
+        .map_err(|e| format!("invalid duration {text:?}: {}", e.reason))
 }
 
 fn check(v: f64, text: &str) -> Result<f64, String> {
@@ -133,5 +115,17 @@ mod tests {
         assert!(parse_duration("-1").is_err());
         assert!(parse_duration("h").is_err());
         assert!(parse_duration("10").is_ok());
+    }
+
+    #[test]
+    fn parses_the_shared_syntax() {
+        assert_eq!(parse_duration("7d"), Ok(604_800.0));
+        assert_eq!(parse_duration("1w2d"), Ok(777_600.0));
+        assert_eq!(parse_duration("1h30min"), Ok(5400.0));
+        assert_eq!(parse_duration("1h30m"), Ok(5400.0));
+        assert_eq!(parse_duration("1.5h"), Ok(5400.0));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("1h 30m").is_err());
+        assert!(parse_duration("1000000w").is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! Cumulative Prometheus-style histograms with vLLM's exact bucket boundaries
-//! (shared/reference/llm-telemetry.md §2.5).
+//! (tests/fixtures/servers/vllm-*.metrics.json).
 
 /// TTFT buckets (`vllm:time_to_first_token_seconds`).
 pub const TTFT_BUCKETS: &[f64] = &[

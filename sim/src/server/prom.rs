@@ -2,7 +2,7 @@
 //! Python's prometheus_client renders them (counters exposed with `_total` plus a `_created`
 //! gauge, histograms with `_bucket` / `_count` / `_sum` / `_created`, floats such as `1.0`
 //! and `1.7e+09`, labels `model_name` and `engine`). Names, types, labels and bucket
-//! boundaries follow shared/reference/llm-telemetry.md §2.
+//! boundaries follow vLLM's source (tests/fixtures/servers/vllm-*.metrics.json).
 
 use std::fmt::Write;
 

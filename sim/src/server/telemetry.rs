@@ -1,5 +1,5 @@
 //! OTLP out of the real-time server: `llm_request` SERVER spans as vLLM V1 emits them
-//! (shared/reference/llm-telemetry.md §1), W3C `traceparent` propagation, and the per-layer
+//! (tests/fixtures/servers/vllm-*.spans.json), W3C `traceparent` propagation, and the per-layer
 //! KV usage gauge `llm.decoder.kvcache.usage_ratio{layer}`. Delivery reuses the project's
 //! exporters (`otlp` over gRPC, `otlphttp` with protobuf) behind their queue and retries.
 

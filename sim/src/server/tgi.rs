@@ -1,5 +1,5 @@
 //! The TGI flavour (`inferwatch sim --flavor tgi`): what Hugging Face text-generation-inference
-//! exposes besides the OpenAI API (shared/reference/llm-telemetry.md §3): `GET /metrics` with
+//! exposes besides the OpenAI API (tests/fixtures/servers/tgi-*): `GET /metrics` with
 //! TGI's `tgi_*` metrics as metrics-exporter-prometheus 0.15.3 renders them
 //! ([`exposition`], recorded by [`recorder`]), `GET /info` (TGI's `Info` JSON) and its router
 //! handler spans ([`trace`]).

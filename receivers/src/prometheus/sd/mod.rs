@@ -132,7 +132,7 @@ pub struct SdContext {
 impl SdContext {
     /// Counts a discovery failure in `inferwatch_scrape_failures{job, target="<mechanism>_sd", reason}`.
     pub fn failed(&self, mechanism: &str, reason: &str) {
-        self.telemetry.scrape_failures(&self.job, &format!("{mechanism}_sd"), reason).inc();
+        super::SCRAPE_FAILURES.get(&self.telemetry, [&self.job, &format!("{mechanism}_sd"), reason]).inc();
     }
 }
 

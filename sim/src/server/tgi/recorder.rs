@@ -1,4 +1,4 @@
-//! TGI's metrics (shared/reference/llm-telemetry.md §3.2, §3.3) recorded from the simulator's
+//! TGI's metrics (tests/fixtures/servers/tgi-*.metrics.json) recorded from the simulator's
 //! real state, where TGI's router records them:
 //!
 //! - handlers (`server.rs`): `tgi_request_count` once in the OpenAI handler and once more in

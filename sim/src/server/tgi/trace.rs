@@ -1,4 +1,4 @@
-//! TGI's request timings and its router handler spans (shared/reference/llm-telemetry.md §3.4).
+//! TGI's request timings and its router handler spans (tests/fixtures/servers/tgi-*.spans.json).
 //!
 //! TGI's HTTP handlers (`chat_completions`, `completions`) are `#[instrument]`ed with the
 //! empty fields `total_time`, `validation_time`, `queue_time`, `inference_time`,

@@ -1,25 +1,18 @@
-//! Builds remote-write requests from translated points and POSTs them (one attempt per call;
-//! queue and retries come from core's exporterhelper).
+//! A metrics payload → its remote-write `WriteRequest` (translated, `target_info` kept
+//! monotonic, snappy-compressed by the sender), built once per payload.
 
 use super::proto::{Label, MetricMetadata, MetricType, STALE_NAN, Sample, TimeSeries, WriteRequest};
-use crate::prometheus::translate::{FamilyType, Point, Settings, TARGET_INFO, Value, format_float};
-use async_trait::async_trait;
-use inferwatch_core::exporterhelper::{SendError, Sender};
+use super::send::RemoteWriteSender;
+use crate::prometheus::translate::{FamilyType, Point, Value, format_float};
+use inferwatch_core::exporterhelper::SendError;
 use inferwatch_core::pdata::Payload;
-use parking_lot::Mutex;
 use prost::Message;
-use reqwest::Url;
-use reqwest::header::{HeaderMap, RETRY_AFTER};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::time::SystemTime;
 use xxhash_rust::xxh3::xxh3_64;
 
-/// The remote-write protocol version header value (1.0).
-pub const REMOTE_WRITE_VERSION: &str = "0.1.0";
-
 /// Most `target_info` series whose last timestamp is remembered (then the memory restarts).
-const MAX_TARGETS: usize = 100_000;
+pub(super) const MAX_TARGETS: usize = 100_000;
 
 /// The `WriteRequest` for `points`: histograms as `_bucket{le}` (cumulative, with `+Inf`),
 /// `_sum`, `_count`; summaries as `{quantile}`, `_sum`, `_count`. The points of one series
@@ -91,7 +84,7 @@ pub fn build_request(points: &[Point]) -> WriteRequest {
 }
 
 /// Sorts by timestamp and keeps the last sample of each timestamp.
-fn sort_samples(samples: &mut Vec<Sample>) {
+pub(super) fn sort_samples(samples: &mut Vec<Sample>) {
     if samples.len() < 2 {
         return;
     }
@@ -106,7 +99,7 @@ fn sort_samples(samples: &mut Vec<Sample>) {
     *samples = out;
 }
 
-fn metric_type(k: FamilyType) -> MetricType {
+pub(super) fn metric_type(k: FamilyType) -> MetricType {
     match k {
         FamilyType::Gauge => MetricType::Gauge,
         FamilyType::Counter => MetricType::Counter,
@@ -115,41 +108,7 @@ fn metric_type(k: FamilyType) -> MetricType {
     }
 }
 
-/// Maps an HTTP error status: 5xx and 429 are retryable (honouring `Retry-After`), any other
-/// status is permanent.
-pub fn classify(status: u16, message: String, retry_after: Option<std::time::Duration>) -> SendError {
-    if status == 429 || (500..600).contains(&status) {
-        SendError::Retryable { message, retry_after }
-    } else {
-        SendError::Permanent(message)
-    }
-}
-
-/// One remote-write POST per attempt.
-pub struct RemoteWriteSender {
-    /// The translation settings.
-    pub settings: Settings,
-    /// The receiver's URL.
-    pub url: Url,
-    /// Every header of a request (configured ones plus the protocol's).
-    pub headers: HeaderMap,
-    /// The HTTP client.
-    pub client: reqwest::Client,
-    /// Name of the `target_info` family (namespaced).
-    pub target_info: String,
-    /// Last timestamp sent per `target_info` series: its samples never go back in time (the
-    /// resource's newest point time can, across requests, and Prometheus refuses that).
-    pub target_times: Mutex<HashMap<u64, i64>>,
-    /// Client authenticator (`auth.authenticator`), asked for headers on each request.
-    pub auth: Option<std::sync::Arc<dyn inferwatch_core::auth::ClientAuth>>,
-}
-
 impl RemoteWriteSender {
-    /// The name of the `target_info` family under `namespace`.
-    pub fn target_info_name(namespace: &str) -> String {
-        if namespace.is_empty() { TARGET_INFO.to_string() } else { format!("{namespace}_{TARGET_INFO}") }
-    }
-
     /// The request for one payload (empty when it has nothing to send).
     pub fn request(&self, data: &Payload) -> Result<WriteRequest, SendError> {
         let decoded = data.decoded().map_err(|e| SendError::Permanent(format!("cannot decode the payload: {e}")))?;
@@ -162,7 +121,7 @@ impl RemoteWriteSender {
         Ok(wr)
     }
 
-    fn keep_target_info_monotonic(&self, wr: &mut WriteRequest) {
+    pub(super) fn keep_target_info_monotonic(&self, wr: &mut WriteRequest) {
         let mut times = self.target_times.lock();
         for ts in &mut wr.timeseries {
             let is_target = ts.labels.iter().any(|l| l.name == "__name__" && l.value == self.target_info);
@@ -181,86 +140,5 @@ impl RemoteWriteSender {
             }
             times.insert(key, last);
         }
-    }
-}
-
-#[async_trait]
-impl Sender for RemoteWriteSender {
-    async fn send(&self, data: &Payload) -> Result<(), SendError> {
-        let wr = self.request(data)?;
-        if wr.timeseries.is_empty() {
-            return Ok(());
-        }
-        let body = snap::raw::Encoder::new()
-            .compress_vec(&wr.encode_to_vec())
-            .map_err(|e| SendError::Permanent(format!("snappy compression failed: {e}")))?;
-        let mut headers = self.headers.clone();
-        inferwatch_core::extension::client_auth::apply_client_auth(self.auth.as_ref(), &mut headers)?;
-        let resp = self.client.post(self.url.clone()).headers(headers).body(body).send().await.map_err(|e| {
-            let message = format!("POST {} failed: {}", self.url, chain(&e));
-            if e.is_builder() || e.is_redirect() {
-                SendError::Permanent(message)
-            } else {
-                SendError::Retryable { message, retry_after: None }
-            }
-        })?;
-        let status = resp.status();
-        if status.is_success() {
-            return Ok(());
-        }
-        let retry_after = resp
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| crate::otlphttp::parse_retry_after(v, SystemTime::now()));
-        let text = resp.text().await.unwrap_or_default();
-        let detail: String = text.trim().chars().take(256).collect();
-        let message = if detail.is_empty() {
-            format!("HTTP {status} from {}", self.url)
-        } else {
-            format!("HTTP {status} from {}: {detail}", self.url)
-        };
-        Err(classify(status.as_u16(), message, retry_after))
-    }
-}
-
-/// An error with its sources, `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        let t = x.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = x.source();
-    }
-    s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_mapping() {
-        for s in [429, 500, 502, 503, 504] {
-            assert!(matches!(classify(s, "x".into(), None), SendError::Retryable { .. }), "{s}");
-        }
-        for s in [300, 400, 401, 403, 404, 409, 413] {
-            assert!(matches!(classify(s, "x".into(), None), SendError::Permanent(_)), "{s}");
-        }
-    }
-
-    #[test]
-    fn samples_sorted_and_deduplicated() {
-        let mut v = vec![
-            Sample { value: 3.0, timestamp: 30 },
-            Sample { value: 1.0, timestamp: 10 },
-            Sample { value: 2.0, timestamp: 10 },
-        ];
-        sort_samples(&mut v);
-        assert_eq!(v, vec![Sample { value: 2.0, timestamp: 10 }, Sample { value: 3.0, timestamp: 30 }]);
     }
 }

@@ -1,6 +1,6 @@
 //! Reading the number points of a metrics batch for a detector: name, time, value, point
-//! attributes, and each row's resource and scope (decoded once per resource / scope of the batch).
-//! Shared by `delta_ab` and `kv_pressure`.
+//! attributes, and each row's resource and scope (decoded once per resource / scope of the batch);
+//! and the typed column look-ups every detector uses.
 
 use arrow_array::{
     Array, Float64Array, MapArray, RecordBatch, StringArray, TimestampNanosecondArray, UInt8Array, UInt32Array,
@@ -56,14 +56,14 @@ pub struct Rows<'a> {
     scratch_scope: InstrumentationScope,
 }
 
-fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, ConvError> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<T>())
+/// The column `name` of `batch` as `T`; an error when absent or of another type.
+pub fn column<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, ConvError> {
+    opt_column(batch, name)
         .ok_or_else(|| ConvError::Schema(format!("detector input: no column {name} of the expected type")))
 }
 
-fn opt_column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Option<&'a T> {
+/// The column `name` of `batch` as `T`; `None` when absent or of another type.
+pub fn opt_column<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> Option<&'a T> {
     batch.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<T>())
 }
 
