@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use crate::host::{CreateContext, StatusHandle};
-pub use crate::vocab::{ComponentError, ComponentId, ComponentKind, FieldError, IdError, PathSeg, parse_config};
+pub use crate::vocab::{
+    ComponentError, ComponentId, ComponentKind, FieldError, IdError, Parsed, PathSeg, parse_config, parsed_raw, typed,
+};
 
 /// The consumers a receiver feeds, one per signal it is used for.
 #[derive(Clone, Default)]
@@ -82,15 +84,28 @@ pub trait ReceiverFactory: Send + Sync {
     fn type_name(&self) -> &'static str;
     /// Signals this receiver can produce.
     fn signals(&self) -> &'static [Signal];
-    /// Checks the settings without building anything.
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError>;
+    /// Parses and checks the settings into the factory's typed config, building nothing.
+    /// A factory implements `parse` and `build` (or, the older way, `validate` and `create`).
+    fn parse(&self, cfg: &serde_json::Value) -> Result<Parsed, FieldError> {
+        parsed_raw(self.validate(cfg), cfg)
+    }
+    /// Checks the settings without building anything (`parse`, result dropped).
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        self.parse(cfg).map(|_| ())
+    }
     /// Valid settings that cannot do what they seem to, located by path: `validate` and start-up
     /// print them without failing (default: none).
     fn warnings(&self, _cfg: &serde_json::Value) -> Vec<FieldError> {
         Vec::new()
     }
-    /// Builds a receiver from settings.
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Receiver>, ComponentError>;
+    /// Builds a receiver from settings `parse` returned.
+    fn build(&self, ctx: CreateContext, parsed: &Parsed) -> Result<Box<dyn Receiver>, ComponentError> {
+        self.create(ctx, typed::<serde_json::Value>(parsed)?)
+    }
+    /// Builds a receiver from raw settings (`parse`, then `build`).
+    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Receiver>, ComponentError> {
+        self.build(ctx, &self.parse(cfg)?)
+    }
 }
 
 /// Builds processors of one type.
@@ -99,21 +114,41 @@ pub trait ProcessorFactory: Send + Sync {
     fn type_name(&self) -> &'static str;
     /// Signals this processor handles.
     fn signals(&self) -> &'static [Signal];
-    /// Checks the settings without building anything.
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError>;
+    /// Parses and checks the settings into the factory's typed config, building nothing.
+    /// A factory implements `parse` and `build` (or, the older way, `validate` and `create`);
+    /// an Arrow processor's `parse` is its [`ArrowProcessorFactory::parse_arrow`].
+    fn parse(&self, cfg: &serde_json::Value) -> Result<Parsed, FieldError> {
+        parsed_raw(self.validate(cfg), cfg)
+    }
+    /// Checks the settings without building anything (`parse`, result dropped).
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        self.parse(cfg).map(|_| ())
+    }
     /// Valid settings that cannot do what they seem to, located by path: `validate` and start-up
     /// print them without failing (default: none).
     fn warnings(&self, _cfg: &serde_json::Value) -> Vec<FieldError> {
         Vec::new()
     }
-    /// Builds one processor instance for one pipeline, feeding `next`.
+    /// Builds one processor instance for one pipeline, feeding `next`, from settings `parse` returned.
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &Parsed,
+        signal: Signal,
+        next: ConsumerRef,
+    ) -> Result<NodeRef, ComponentError> {
+        self.create(ctx, typed::<serde_json::Value>(parsed)?, signal, next)
+    }
+    /// Builds one processor instance from raw settings (`parse`, then `build`).
     fn create(
         &self,
         ctx: CreateContext,
         cfg: &serde_json::Value,
         signal: Signal,
         next: ConsumerRef,
-    ) -> Result<NodeRef, ComponentError>;
+    ) -> Result<NodeRef, ComponentError> {
+        self.build(ctx, &self.parse(cfg)?, signal, next)
+    }
     /// The Arrow side of an Arrow processor: adjacent Arrow processors of a pipeline run in one
     /// stage that converts each batch once. `None` for processors that work on OTLP.
     fn arrow(&self) -> Option<&dyn ArrowProcessorFactory> {
@@ -127,15 +162,29 @@ pub trait ExporterFactory: Send + Sync {
     fn type_name(&self) -> &'static str;
     /// Signals this exporter sends.
     fn signals(&self) -> &'static [Signal];
-    /// Checks the settings without building anything.
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError>;
+    /// Parses and checks the settings into the factory's typed config, building nothing.
+    /// A factory implements `parse` and `build` (or, the older way, `validate` and `create`).
+    fn parse(&self, cfg: &serde_json::Value) -> Result<Parsed, FieldError> {
+        parsed_raw(self.validate(cfg), cfg)
+    }
+    /// Checks the settings without building anything (`parse`, result dropped).
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        self.parse(cfg).map(|_| ())
+    }
     /// Valid settings that cannot do what they seem to, located by path: `validate` and start-up
     /// print them without failing (default: none).
     fn warnings(&self, _cfg: &serde_json::Value) -> Vec<FieldError> {
         Vec::new()
     }
-    /// Builds one exporter instance for one signal (shared by all pipelines of that signal).
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError>;
+    /// Builds one exporter instance for one signal (shared by all pipelines of that signal),
+    /// from settings `parse` returned.
+    fn build(&self, ctx: CreateContext, parsed: &Parsed, signal: Signal) -> Result<NodeRef, ComponentError> {
+        self.create(ctx, typed::<serde_json::Value>(parsed)?, signal)
+    }
+    /// Builds one exporter instance from raw settings (`parse`, then `build`).
+    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
+        self.build(ctx, &self.parse(cfg)?, signal)
+    }
 }
 
 /// Builds connectors of one type.
@@ -144,14 +193,33 @@ pub trait ConnectorFactory: Send + Sync {
     fn type_name(&self) -> &'static str;
     /// (input signal, output signal) pairs this connector supports.
     fn signal_pairs(&self) -> &'static [(Signal, Signal)];
-    /// Checks the settings without building anything.
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError>;
+    /// Parses and checks the settings into the factory's typed config, building nothing.
+    /// A factory implements `parse` and `build` (or, the older way, `validate` and `create`).
+    fn parse(&self, cfg: &serde_json::Value) -> Result<Parsed, FieldError> {
+        parsed_raw(self.validate(cfg), cfg)
+    }
+    /// Checks the settings without building anything (`parse`, result dropped).
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        self.parse(cfg).map(|_| ())
+    }
     /// Valid settings that cannot do what they seem to, located by path: `validate` and start-up
     /// print them without failing (default: none).
     fn warnings(&self, _cfg: &serde_json::Value) -> Vec<FieldError> {
         Vec::new()
     }
-    /// Builds one instance that takes `from` data and feeds `next` with `to` data.
+    /// Builds one instance that takes `from` data and feeds `next` with `to` data, from
+    /// settings `parse` returned.
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &Parsed,
+        from: Signal,
+        to: Signal,
+        next: ConsumerRef,
+    ) -> Result<NodeRef, ComponentError> {
+        self.create(ctx, typed::<serde_json::Value>(parsed)?, from, to, next)
+    }
+    /// Builds one instance from raw settings (`parse`, then `build`).
     fn create(
         &self,
         ctx: CreateContext,
@@ -159,15 +227,30 @@ pub trait ConnectorFactory: Send + Sync {
         from: Signal,
         to: Signal,
         next: ConsumerRef,
-    ) -> Result<NodeRef, ComponentError>;
+    ) -> Result<NodeRef, ComponentError> {
+        self.build(ctx, &self.parse(cfg)?, from, to, next)
+    }
 }
 
 /// Builds extensions of one type.
 pub trait ExtensionFactory: Send + Sync {
     /// The type name used in configuration.
     fn type_name(&self) -> &'static str;
-    /// Checks the settings without building anything.
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError>;
-    /// Builds an extension.
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Extension>, ComponentError>;
+    /// Parses and checks the settings into the factory's typed config, building nothing.
+    /// A factory implements `parse` and `build` (or, the older way, `validate` and `create`).
+    fn parse(&self, cfg: &serde_json::Value) -> Result<Parsed, FieldError> {
+        parsed_raw(self.validate(cfg), cfg)
+    }
+    /// Checks the settings without building anything (`parse`, result dropped).
+    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        self.parse(cfg).map(|_| ())
+    }
+    /// Builds an extension from settings `parse` returned.
+    fn build(&self, ctx: CreateContext, parsed: &Parsed) -> Result<Box<dyn Extension>, ComponentError> {
+        self.create(ctx, typed::<serde_json::Value>(parsed)?)
+    }
+    /// Builds an extension from raw settings (`parse`, then `build`).
+    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Extension>, ComponentError> {
+        self.build(ctx, &self.parse(cfg)?)
+    }
 }

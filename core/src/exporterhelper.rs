@@ -7,6 +7,7 @@
 
 use crate::auth::ClientInfo;
 use crate::component::{ComponentError, CreateContext, FieldError, Node};
+use crate::config::split::SplitKeys;
 use crate::consumer::{ConsumeError, Consumer, RefuseReason};
 use crate::extension::file_storage::FileStorage;
 use crate::pdata::{Payload, Signal};
@@ -15,7 +16,7 @@ use crate::settings::{GoDuration, QueueBatchSettings, QueueSettings, RetrySettin
 use crate::telemetry::ExporterMetrics;
 use async_trait::async_trait;
 use rand::Rng;
-use serde::de::{DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -625,7 +626,8 @@ async fn send_jobs(
 // ---- the settings every queued exporter has ------------------------------------------------
 
 /// `timeout`, `sending_queue` and `retry_on_failure` (otelcol's `exporterhelper` settings),
-/// read as keys of an exporter's own settings map (see [`Flatten`]) and checked here once.
+/// read as keys of an exporter's own settings map (see [`crate::config::split`]) and checked
+/// here once.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExporterSettings {
     /// Deadline of one attempt (0: none).
@@ -643,9 +645,6 @@ impl Default for ExporterSettings {
 }
 
 impl ExporterSettings {
-    /// The keys these settings read, in otelcol's order.
-    pub const KEYS: [&'static str; 3] = ["timeout", "sending_queue", "retry_on_failure"];
-
     /// The defaults with this `timeout`.
     pub fn with_timeout(timeout: Duration) -> Self {
         ExporterSettings {
@@ -693,9 +692,13 @@ impl ExporterSettings {
         let e = QueuedExporter::create(ctx, signal, sender, self.sending_queue.clone(), self.retry_on_failure.clone())?;
         Ok(Arc::new(e))
     }
+}
 
-    /// Reads the value of `key` (one of [`ExporterSettings::KEYS`]) from `map`.
-    fn read<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+impl<'de> SplitKeys<'de> for ExporterSettings {
+    /// The keys these settings read, in otelcol's order.
+    const KEYS: &'static [&'static str] = &["timeout", "sending_queue", "retry_on_failure"];
+
+    fn read<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         match key {
             "timeout" => self.timeout = map.next_value()?,
             "sending_queue" => self.sending_queue = map.next_value_seed(QueueOver(self.sending_queue.clone()))?,
@@ -727,122 +730,6 @@ impl<'de> DeserializeSeed<'de> for QueueOver {
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<QueueSettings, D::Error> {
         QueueSettings::deserialize_over(d, self.0)
-    }
-}
-
-/// A deserializer that reads an exporter's settings map, giving [`ExporterSettings::KEYS`] to
-/// `settings` as they are read and the other keys to the exporter's own struct (derived with
-/// `#[serde(remote = "Self")]`, its `ExporterSettings` field `#[serde(skip)]`). Any other key is
-/// refused with serde's message (`unknown field `x`, expected one of ...`, both sets of keys
-/// listed) while the key is read, so that its error path is the key's. (serde's `flatten`
-/// cannot be combined with `deny_unknown_fields`, and loses the paths of errors inside.)
-pub struct Flatten<'s, D> {
-    /// The map's deserializer.
-    pub inner: D,
-    /// Where the exporter settings go (holding the exporter's defaults).
-    pub settings: &'s mut ExporterSettings,
-}
-
-impl<'de, D: Deserializer<'de>> Deserializer<'de> for Flatten<'_, D> {
-    type Error = D::Error;
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_struct(name, fields, FlattenVisitor { visitor, settings: self.settings, fields })
-    }
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_map(FlattenVisitor { visitor, settings: self.settings, fields: &[] })
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
-        unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
-    }
-}
-
-struct FlattenVisitor<'s, V> {
-    visitor: V,
-    settings: &'s mut ExporterSettings,
-    fields: &'static [&'static str],
-}
-
-impl<'de, V: Visitor<'de>> Visitor<'de> for FlattenVisitor<'_, V> {
-    type Value = V::Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.visitor.expecting(f)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
-        self.visitor.visit_map(FlattenMap { map, settings: self.settings, fields: self.fields })
-    }
-}
-
-struct FlattenMap<'s, A> {
-    map: A,
-    settings: &'s mut ExporterSettings,
-    fields: &'static [&'static str],
-}
-
-/// A key of the flattened map: the struct's own, or one of [`ExporterSettings::KEYS`].
-enum Key {
-    Own(String),
-    Settings(&'static str),
-}
-
-/// Reads a key, refusing one that is neither the struct's nor an exporter setting.
-struct KeySeed {
-    fields: &'static [&'static str],
-}
-
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Key;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
-        d.deserialize_identifier(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeySeed {
-    type Value = Key;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a field name")
-    }
-
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key, E> {
-        if self.fields.contains(&v) {
-            Ok(Key::Own(v.to_string()))
-        } else if let Some(k) = ExporterSettings::KEYS.iter().find(|k| **k == v) {
-            Ok(Key::Settings(k))
-        } else {
-            let all: Vec<String> =
-                self.fields.iter().chain(ExporterSettings::KEYS.iter()).map(|k| format!("`{k}`")).collect();
-            Err(E::custom(format!("unknown field `{v}`, expected one of {}", all.join(", "))))
-        }
-    }
-}
-
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for FlattenMap<'_, A> {
-    type Error = A::Error;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
-        loop {
-            match self.map.next_key_seed(KeySeed { fields: self.fields })? {
-                None => return Ok(None),
-                Some(Key::Own(k)) => return seed.deserialize(k.into_deserializer()).map(Some),
-                Some(Key::Settings(k)) => self.settings.read(k, &mut self.map)?,
-            }
-        }
-    }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-        self.map.next_value_seed(seed)
     }
 }
 
@@ -955,14 +842,7 @@ mod tests {
         #[serde(skip)]
         exporter: ExporterSettings,
     }
-    impl<'de> serde::Deserialize<'de> for Exp {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            let mut s = ExporterSettings::with_timeout(Duration::from_secs(30)).one_consumer();
-            let mut v = Exp::deserialize(Flatten { inner: d, settings: &mut s })?;
-            v.exporter = s;
-            Ok(v)
-        }
-    }
+    crate::split_deserialize!(Exp, exporter, ExporterSettings::with_timeout(Duration::from_secs(30)).one_consumer());
 
     #[test]
     fn exporter_settings_are_read_from_the_exporters_map_and_checked() {

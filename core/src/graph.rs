@@ -7,8 +7,8 @@
 //! is ready; shutdown stops receivers first, then flushes nodes from upstream to downstream.
 
 use crate::arrow::stage::{ArrowStage, StageContext};
-use crate::component::{Extension, NodeRef, Receiver, ReceiverConsumers};
-use crate::config::{Config, PipelineConfig, PipelineId};
+use crate::component::{Extension, NodeRef, Parsed, Receiver, ReceiverConsumers};
+use crate::config::{ComponentConfig, Config, ParsedSettings, PipelineConfig, PipelineId};
 use crate::consumer::{ConsumerRef, Fanout};
 use crate::host::CreateContext;
 use crate::host::Host;
@@ -16,7 +16,7 @@ pub use crate::host::StatusHandle;
 use crate::pdata::Signal;
 use crate::registry::Registry;
 use crate::telemetry::Telemetry;
-use crate::vocab::{ComponentError, ComponentId};
+use crate::vocab::{ComponentError, ComponentId, FieldError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +36,22 @@ pub struct GraphError {
 
 fn gerr(kind: &'static str, id: &ComponentId, source: ComponentError) -> GraphError {
     GraphError { kind, id: id.to_string(), source }
+}
+
+/// `comp`'s settings as the factory `f` parses them (with `parse`): those kept when the
+/// configuration was validated, else parsed now and kept for the other pipelines using it.
+fn parsed_of<F: ?Sized>(
+    comp: &ComponentConfig,
+    f: &Arc<F>,
+    parse: impl FnOnce(&serde_json::Value) -> Result<Parsed, FieldError>,
+) -> Result<Parsed, ComponentError> {
+    let key = ParsedSettings::factory_key(f);
+    if let Some(p) = comp.parsed.get(key, &comp.settings) {
+        return Ok(p);
+    }
+    let p = parse(&comp.settings)?;
+    comp.parsed.set(key, &comp.settings, p.clone());
+    Ok(p)
 }
 
 /// What shutdown achieved.
@@ -81,7 +97,7 @@ impl<'a> Builder<'a> {
     fn processor_factory(
         &self,
         id: &ComponentId,
-    ) -> Result<(&'a Arc<dyn crate::component::ProcessorFactory>, &'a serde_json::Value), GraphError> {
+    ) -> Result<(&'a Arc<dyn crate::component::ProcessorFactory>, &'a ComponentConfig), GraphError> {
         let cfg = self
             .config
             .processors
@@ -91,7 +107,7 @@ impl<'a> Builder<'a> {
             .registry
             .processor(&id.type_name)
             .ok_or_else(|| gerr("processor", id, ComponentError::Start("unknown type".into())))?;
-        Ok((f, &cfg.settings))
+        Ok((f, cfg))
     }
 
     /// The first consumer of a pipeline, building it (and everything downstream) on first use.
@@ -126,7 +142,9 @@ impl<'a> Builder<'a> {
                             .registry
                             .exporter(&eid.type_name)
                             .ok_or_else(|| gerr("exporter", eid, ComponentError::Start("unknown type".into())))?;
-                        let n = f.create(self.ctx(eid), &cfg.settings, signal).map_err(|e| gerr("exporter", eid, e))?;
+                        let n = parsed_of(cfg, f, |v| f.parse(v))
+                            .and_then(|p| f.build(self.ctx(eid), &p, signal))
+                            .map_err(|e| gerr("exporter", eid, e))?;
                         self.exporters.insert(key, n.clone());
                         self.nodes.push((format!("exporter {eid} ({signal})"), n.clone()));
                         n
@@ -157,8 +175,8 @@ impl<'a> Builder<'a> {
                                 .registry
                                 .connector(&eid.type_name)
                                 .ok_or_else(|| gerr("connector", eid, ComponentError::Start("unknown type".into())))?;
-                            let n = f
-                                .create(self.ctx(eid), &cfg.settings, signal, to, Fanout::wrap(consumers))
+                            let n = parsed_of(cfg, f, |v| f.parse(v))
+                                .and_then(|p| f.build(self.ctx(eid), &p, signal, to, Fanout::wrap(consumers)))
                                 .map_err(|e| gerr("connector", eid, e))?;
                             self.connectors.insert(key, n.clone());
                             self.nodes.push((format!("connector {eid} ({signal}->{to})"), n.clone()));
@@ -185,10 +203,10 @@ impl<'a> Builder<'a> {
                 for id in &procs[start..end] {
                     let (f, cfg) = self.processor_factory(id)?;
                     let Some(af) = f.arrow() else { continue };
-                    list.push((
-                        (*id).clone(),
-                        af.create_arrow(self.ctx(id), cfg, signal).map_err(|e| gerr("processor", id, e))?,
-                    ));
+                    let p = parsed_of(cfg, f, |v| f.parse(v))
+                        .and_then(|p| af.build_arrow(self.ctx(id), &p, signal))
+                        .map_err(|e| gerr("processor", id, e))?;
+                    list.push(((*id).clone(), p));
                 }
                 let sctx = StageContext {
                     pipeline: pid.to_string(),
@@ -202,7 +220,9 @@ impl<'a> Builder<'a> {
                 end = start;
             } else {
                 let (f, cfg) = self.processor_factory(prid)?;
-                let n = f.create(self.ctx(prid), cfg, signal, next).map_err(|e| gerr("processor", prid, e))?;
+                let n = parsed_of(cfg, f, |v| f.parse(v))
+                    .and_then(|p| f.build(self.ctx(prid), &p, signal, next))
+                    .map_err(|e| gerr("processor", prid, e))?;
                 self.nodes.push((format!("processor {prid} in {pid}"), n.clone()));
                 next = n;
                 end -= 1;
@@ -246,7 +266,9 @@ impl Service {
             let f = registry
                 .extension(&eid.type_name)
                 .ok_or_else(|| gerr("extension", eid, ComponentError::Start("unknown type".into())))?;
-            let e = f.create(b.ctx(eid), &ecfg.settings).map_err(|e| gerr("extension", eid, e))?;
+            let e = parsed_of(ecfg, f, |v| f.parse(v))
+                .and_then(|p| f.build(b.ctx(eid), &p))
+                .map_err(|e| gerr("extension", eid, e))?;
             extensions.push((eid.clone(), e));
         }
         let mut receivers = Vec::new();
@@ -268,7 +290,9 @@ impl Service {
             let f = registry
                 .receiver(&rid.type_name)
                 .ok_or_else(|| gerr("receiver", rid, ComponentError::Start("unknown type".into())))?;
-            let r = f.create(b.ctx(rid), &rcfg.settings).map_err(|e| gerr("receiver", rid, e))?;
+            let r = parsed_of(rcfg, f, |v| f.parse(v))
+                .and_then(|p| f.build(b.ctx(rid), &p))
+                .map_err(|e| gerr("receiver", rid, e))?;
             receivers.push((rid.clone(), r, rc));
         }
         // Pipelines fed only by connectors are built through their upstream pipelines above.

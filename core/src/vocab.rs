@@ -155,6 +155,23 @@ pub enum ComponentError {
     Start(String),
 }
 
+/// A component's settings as its factory parsed and checked them (the factory's own typed
+/// config), made once when the configuration is loaded and handed to every `build`.
+pub type Parsed = std::sync::Arc<dyn std::any::Any + Send + Sync>;
+
+/// The typed config inside `p`; an internal error naming `T` when `p` holds another type
+/// (settings parsed by another factory).
+pub fn typed<T: 'static>(p: &Parsed) -> Result<&T, ComponentError> {
+    p.downcast_ref::<T>().ok_or_else(|| {
+        ComponentError::Start(format!("internal error: the parsed settings are not a {}", std::any::type_name::<T>()))
+    })
+}
+
+/// The `Parsed` of a factory that only implements `validate`: the raw settings, once checked.
+pub fn parsed_raw(check: Result<(), FieldError>, cfg: &serde_json::Value) -> Result<Parsed, FieldError> {
+    check.map(|()| std::sync::Arc::new(cfg.clone()) as Parsed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,3 +3,4 @@ mod arrow_roundtrip;
 mod arrow_stage;
 mod config_otelcol;
 mod fuzz_config;
+mod parse_once;

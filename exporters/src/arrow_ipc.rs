@@ -52,13 +52,18 @@ impl ExporterFactory for ArrowIpcExporterFactory {
         &[Signal::Traces, Signal::Metrics]
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        ArrowIpcConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(ArrowIpcConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
-        let c = ArrowIpcConfig::from_value(cfg)?;
-        recording::create(&ctx, signal, c.directory, c.rotation, c.allowed_lateness.0, Box::new(IpcFormat))
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &inferwatch_core::component::Parsed,
+        signal: Signal,
+    ) -> Result<NodeRef, ComponentError> {
+        let c = inferwatch_core::component::typed::<ArrowIpcConfig>(parsed)?;
+        recording::create(&ctx, signal, c.directory.clone(), c.rotation, c.allowed_lateness.0, Box::new(IpcFormat))
     }
 }
 

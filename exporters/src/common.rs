@@ -9,18 +9,10 @@ pub(crate) const USER_AGENT: &str = concat!("inferwatch/", env!("CARGO_PKG_VERSI
 /// `Deserialize` for an exporter's settings struct whose own keys are derived with
 /// `#[serde(remote = "Self")]` and whose `exporter: ExporterSettings` field is `#[serde(skip)]`:
 /// `timeout`, `sending_queue` and `retry_on_failure` are read from the same map, over
-/// `$defaults` (see [`inferwatch_core::exporterhelper::Flatten`]).
+/// `$defaults` (see [`inferwatch_core::config::split`]).
 macro_rules! with_exporter_settings {
     ($t:ty, $defaults:expr) => {
-        impl<'de> serde::Deserialize<'de> for $t {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let mut settings: inferwatch_core::exporterhelper::ExporterSettings = $defaults;
-                let flat = inferwatch_core::exporterhelper::Flatten { inner: d, settings: &mut settings };
-                let mut v = <$t>::deserialize(flat)?;
-                v.exporter = settings;
-                Ok(v)
-            }
-        }
+        inferwatch_core::split_deserialize!($t, exporter, $defaults);
     };
 }
 pub(crate) use with_exporter_settings;

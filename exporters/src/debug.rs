@@ -83,16 +83,21 @@ impl ExporterFactory for DebugExporterFactory {
         &Signal::ALL
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        DebugConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(DebugConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
-        let c = DebugConfig::from_value(cfg)?;
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &inferwatch_core::component::Parsed,
+        signal: Signal,
+    ) -> Result<NodeRef, ComponentError> {
+        let c = inferwatch_core::component::typed::<DebugConfig>(parsed)?;
         let out = if c.use_internal_logger { Output::Log } else { Output::Stdout };
-        let sender = DebugSender::new(ctx.id.to_string(), &c, out);
+        let sender = DebugSender::new(ctx.id.to_string(), c, out);
         let no_retry = RetrySettings { enabled: false, ..RetrySettings::default() };
-        Ok(Arc::new(QueuedExporter::create(&ctx, signal, Arc::new(sender), c.sending_queue, no_retry)?))
+        Ok(Arc::new(QueuedExporter::create(&ctx, signal, Arc::new(sender), c.sending_queue.clone(), no_retry)?))
     }
 }
 

@@ -14,6 +14,7 @@
 
 pub mod alertmanager;
 pub mod arrow_ipc;
+pub mod client_config;
 pub mod debug;
 pub mod http;
 pub mod otlp;

@@ -107,14 +107,19 @@ impl ExporterFactory for ParquetExporterFactory {
         &[Signal::Traces, Signal::Metrics]
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        ParquetConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(ParquetConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
-        let c = ParquetConfig::from_value(cfg)?;
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &inferwatch_core::component::Parsed,
+        signal: Signal,
+    ) -> Result<NodeRef, ComponentError> {
+        let c = inferwatch_core::component::typed::<ParquetConfig>(parsed)?;
         let format = ParquetFormat { props: c.properties()? };
-        recording::create(&ctx, signal, c.directory, c.rotation, c.allowed_lateness.0, Box::new(format))
+        recording::create(&ctx, signal, c.directory.clone(), c.rotation, c.allowed_lateness.0, Box::new(format))
     }
 }
 

@@ -3,7 +3,7 @@
 //! `llm.anomaly.score` / `llm.anomaly.level` output.
 
 use crate::card::{Card, Levels};
-use crate::features::{Dropped, Features, GroupKey, Limits, Window};
+use crate::features::{Dropped, Features, Limits, Window};
 use crate::score::{Reconstructor, Scored, score_windows};
 use arrow_array::RecordBatch;
 use inferwatch_core::arrow::{ArrowProcessor, ConvError, Needs, schema};
@@ -12,13 +12,14 @@ use inferwatch_core::pdata::Signal;
 use inferwatch_core::settings::GoDuration;
 use inferwatch_core::state::StateError;
 use inferwatch_processors::detect::{Output, kv_f64, kv_i64, kv_str};
-use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prometheus_client::metrics::counter::Counter;
 use serde::Deserialize;
 
-/// Version of the checkpoint format of [`Detector`].
-pub const STATE_VERSION: u32 = 1;
+/// Version of the checkpoint format of [`Detector`]: its [`Features`]' (2: the detector kit's
+/// series map).
+pub const STATE_VERSION: u32 = crate::features::STATE_VERSION;
 
 /// Optional overrides of the card's level breakpoints.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
@@ -115,14 +116,6 @@ impl Detector {
         score_windows(self.parts.model.as_mut(), windows, t, k, self.parts.max_batch)
     }
 
-    fn group_attributes(g: &GroupKey) -> Vec<KeyValue> {
-        vec![
-            kv_str("gen_ai.request.model", g.model.as_str()),
-            kv_str(schema::SERVICE_VERSION, g.version.as_str()),
-            kv_str(schema::SERVICE_INSTANCE_ID, g.instance.as_str()),
-        ]
-    }
-
     fn count_dropped(&mut self) {
         let now = self.features.dropped();
         self.evicted_idle.inc_by(now.evicted_idle - self.counted.evicted_idle);
@@ -173,7 +166,7 @@ impl ArrowProcessor for Detector {
                         o.score(
                             &self.resource,
                             &self.scope,
-                            &Self::group_attributes(&w.group),
+                            &w.group.attributes(),
                             w.end_ns,
                             self.parts.detector,
                             &self.parts.card.name,
@@ -212,7 +205,7 @@ impl ArrowProcessor for Detector {
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         let mut fresh = Features::new(&self.parts.card, self.parts.limits);
-        fresh.restore(bytes).map_err(|message| StateError::Corrupt { key: self.name.clone(), message })?;
+        fresh.restore(bytes).map_err(|e| StateError::Corrupt { key: self.name.clone(), message: e.to_string() })?;
         self.features = fresh;
         self.counted = Dropped::default();
         Ok(())

@@ -9,13 +9,23 @@
 //! last value at most `max_fill_steps` buckets; values are standardised and clipped; a bucket
 //! without rows is a gap and resets the run; a window of the last T rows ends at every bucket
 //! whose run is at least T.
+//!
+//! The groups live in the detector kit's [`OrderedSeriesMap`] (least-recently-seen eviction at
+//! `max_series`, idle expiry, the checkpoint envelope); every accepted point takes the map's next
+//! sequence, a pooled one too, and a pooled point counts for its groups at its own sequence when
+//! it is handed to them.
 
 use crate::card::{Card, STD_FLOOR};
 use arrow_array::{Array, Float64Array, MapArray, RecordBatch, StringArray, StructArray, UInt8Array};
 use inferwatch_core::arrow::{ConvError, schema, time_column};
 use inferwatch_processors::detect::rows::{column, opt_column};
+use inferwatch_processors::detect::series::{OrderedSeriesMap, RestoreError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Version of the checkpoint format of [`Features`] (2: the groups in the detector kit's series
+/// map; version 1 snapshots are refused).
+pub const STATE_VERSION: u32 = 2;
 
 /// The group of a window: (service.instance.id, service.version, gen_ai.request.model), in that
 /// order (the checkpoint form and the order of windows depend on it).
@@ -75,23 +85,11 @@ struct Group {
     run: usize,
     /// The last closed non-gap bucket.
     last_bucket: Option<u64>,
-    /// Largest event time of its rows (idle expiry).
-    last_time: u64,
-    /// Arrival sequence of its latest row (least-recently-seen eviction).
-    last_seen: u64,
 }
 
 impl Group {
     fn new(k: usize) -> Self {
-        Group {
-            pending: BTreeMap::new(),
-            last: vec![None; k],
-            rows: VecDeque::new(),
-            run: 0,
-            last_bucket: None,
-            last_time: 0,
-            last_seen: 0,
-        }
+        Group { pending: BTreeMap::new(), last: vec![None; k], rows: VecDeque::new(), run: 0, last_bucket: None }
     }
 }
 
@@ -156,23 +154,18 @@ pub struct Dropped {
 pub struct Features {
     p: Params,
     limits: Limits,
-    groups: BTreeMap<GroupKey, Group>,
+    /// The groups; its sequence numbers every accepted point (cells carry it).
+    groups: OrderedSeriesMap<GroupKey, Group>,
     /// Points without a model, per (instance, version), by bucket, until their bucket closes.
-    shared: BTreeMap<(String, String), BTreeMap<u64, Cells>>,
+    shared: Pools,
     /// Buckets below this are closed.
     closed_before: u64,
-    seq: u64,
-    dropped: Dropped,
+    /// Rows of closed buckets skipped.
+    late: u64,
 }
 
-/// The checkpoint form of [`Features`].
-#[derive(Serialize, Deserialize)]
-struct Repr {
-    groups: Vec<(GroupKey, Group)>,
-    shared: Vec<((String, String), BTreeMap<u64, Cells>)>,
-    closed_before: u64,
-    seq: u64,
-}
+/// Points without a model, per (instance, version), by bucket.
+type Pools = BTreeMap<(String, String), BTreeMap<u64, Cells>>;
 
 impl Features {
     /// An empty builder for `card` (validated) with `limits`.
@@ -180,11 +173,10 @@ impl Features {
         Features {
             p: Params::from_card(card),
             limits,
-            groups: BTreeMap::new(),
+            groups: OrderedSeriesMap::new(limits.max_series, limits.idle_ns),
             shared: BTreeMap::new(),
             closed_before: 0,
-            seq: 0,
-            dropped: Dropped::default(),
+            late: 0,
         }
     }
 
@@ -195,7 +187,8 @@ impl Features {
 
     /// What was dropped since the start.
     pub fn dropped(&self) -> Dropped {
-        self.dropped
+        let e = self.groups.evictions();
+        Dropped { late: self.late, evicted_max: e.max_series, evicted_idle: e.idle }
     }
 
     /// The index of a signal name, if the card lists it.
@@ -211,46 +204,22 @@ impl Features {
         }
         let bucket = time_ns / self.p.step_ns;
         if bucket < self.closed_before {
-            self.dropped.late += 1;
+            self.late += 1;
             return;
         }
-        self.seq += 1;
-        let cell = Cell { time: time_ns, seq: self.seq, value };
         let k = self.p.k;
         if group.model.is_empty() {
+            let cell = Cell { time: time_ns, seq: self.groups.bump_seq(), value };
             let pool = self.shared.entry((group.instance.clone(), group.version.clone())).or_default();
             merge(pool.entry(bucket).or_insert_with(|| vec![None; k]), j, cell);
             return;
         }
-        let seq = self.seq;
-        let g = self.group_mut(group);
-        merge(g.pending.entry(bucket).or_insert_with(|| vec![None; k]), j, cell);
-        g.last_time = g.last_time.max(time_ns);
-        g.last_seen = seq;
-    }
-
-    /// The group `key`, created when new (evicting at `max_series`).
-    fn group_mut(&mut self, key: &GroupKey) -> &mut Group {
-        if !self.groups.contains_key(key) {
-            if self.groups.len() >= self.limits.max_series {
-                self.evict_least_recent();
-            }
-            self.groups.insert(key.clone(), Group::new(self.p.k));
-        }
-        // Present: inserted above when missing.
-        self.groups.entry(key.clone()).or_insert_with(|| Group::new(self.p.k))
-    }
-
-    fn evict_least_recent(&mut self) {
-        let max = self.limits.max_series;
-        let n = (max / 10).max(1).max((self.groups.len() + 1).saturating_sub(max)).min(self.groups.len());
-        let mut by_age: Vec<(u64, GroupKey)> = self.groups.iter().map(|(k, g)| (g.last_seen, k.clone())).collect();
-        by_age.sort_unstable();
-        for (_, k) in by_age.into_iter().take(n) {
-            self.groups.remove(&k);
-        }
-        self.dropped.evicted_max += n as u64;
-        tracing::debug!(evicted = n, max_series = max, "window groups evicted at max_series");
+        // The touch takes the map's next sequence.
+        let cell = Cell { time: time_ns, seq: self.groups.seq() + 1, value };
+        let max_series = self.limits.max_series;
+        let Some(t) = self.groups.touch(group, time_ns, || Group::new(k), |_, _| {}) else { return };
+        log_evicted(t.evicted, max_series);
+        merge(t.state.pending.entry(bucket).or_insert_with(|| vec![None; k]), j, cell);
     }
 
     /// Takes the rows of one metrics-schema batch (the card's signals, number points, accepted source).
@@ -304,7 +273,10 @@ impl Features {
 
     fn close_before(&mut self, limit: u64) -> Vec<Window> {
         let mut out = Vec::new();
-        if limit <= self.closed_before && self.shared.is_empty() && self.groups.values().all(|g| g.pending.is_empty()) {
+        if limit <= self.closed_before
+            && self.shared.is_empty()
+            && self.groups.iter().all(|(_, g)| g.state.pending.is_empty())
+        {
             return out;
         }
         self.distribute_shared(limit);
@@ -336,6 +308,8 @@ impl Features {
             if pool.is_empty() {
                 continue;
             }
+            // The group counts the pool's points: its largest time, its latest arrival.
+            let (time, seq) = pool.values().flatten().flatten().fold((0, 0), |(t, s), c| (t.max(c.time), s.max(c.seq)));
             let lo = GroupKey::new(instance.clone(), version.clone(), "");
             let mut targets: Vec<GroupKey> = self
                 .groups
@@ -347,16 +321,15 @@ impl Features {
             if targets.is_empty() {
                 targets.push(lo);
             }
+            let (k, max_series) = (self.p.k, self.limits.max_series);
             for key in targets {
-                let k = self.p.k;
-                let g = self.group_mut(&key);
+                let Some(t) = self.groups.touch_at(&key, time, seq, || Group::new(k), |_, _| {}) else { continue };
+                log_evicted(t.evicted, max_series);
                 for (b, cells) in &pool {
-                    let dst = g.pending.entry(*b).or_insert_with(|| vec![None; k]);
+                    let dst = t.state.pending.entry(*b).or_insert_with(|| vec![None; k]);
                     for (j, c) in cells.iter().enumerate() {
                         if let Some(c) = c {
                             merge(dst, j, *c);
-                            g.last_time = g.last_time.max(c.time);
-                            g.last_seen = g.last_seen.max(c.seq);
                         }
                     }
                 }
@@ -366,44 +339,44 @@ impl Features {
 
     /// Forgets groups with no row for `idle_ns` before `watermark_ns` (and nothing pending).
     pub fn evict_idle(&mut self, watermark_ns: u64) -> usize {
-        let idle = self.limits.idle_ns;
-        let before = self.groups.len();
-        self.groups.retain(|_, g| !g.pending.is_empty() || g.last_time.saturating_add(idle) > watermark_ns);
-        let n = before - self.groups.len();
-        self.dropped.evicted_idle += n as u64;
-        n
+        // A group with pending rows is kept; when they close is not known here (0).
+        self.groups.expire_idle(watermark_ns, |g| (!g.pending.is_empty()).then_some(0), |_, _| {})
     }
 
     /// Serializes the state (deterministic: groups in key order).
     pub fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
-        let repr = Repr {
-            groups: self.groups.iter().map(|(k, g)| (k.clone(), g.clone())).collect(),
-            shared: self.shared.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            closed_before: self.closed_before,
-            seq: self.seq,
-        };
-        postcard::to_allocvec(&repr)
+        self.groups.snapshot(STATE_VERSION, &(&self.shared, self.closed_before), |_, g| g)
     }
 
     /// Replaces the state with a snapshot of the same card; unchanged on error.
-    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), String> {
-        let repr: Repr = postcard::from_bytes(bytes).map_err(|e| format!("decode: {e}"))?;
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), RestoreError> {
         let (k, t) = (self.p.k, self.p.t);
-        for (key, g) in &repr.groups {
-            let bad_cells = g.pending.values().any(|c| c.len() != k);
-            let bad_rows = g.rows.len() > t || g.rows.iter().any(|(x, m)| x.len() != k || m.len() != k);
-            if g.last.len() != k || bad_cells || bad_rows {
-                return Err(format!("group {key:?} does not match the card (k = {k}, T = {t})"));
-            }
+        let ((shared, closed_before), groups): ((Pools, u64), _) =
+            self.groups.restore(STATE_VERSION, bytes, |key, g: Group| {
+                let bad_cells = g.pending.values().any(|c| c.len() != k);
+                let bad_rows = g.rows.len() > t || g.rows.iter().any(|(x, m)| x.len() != k || m.len() != k);
+                if g.last.len() != k || bad_cells || bad_rows {
+                    return Err(RestoreError::part(
+                        "group",
+                        format!("{key:?} does not match the card (k = {k}, T = {t})"),
+                    ));
+                }
+                Ok(g)
+            })?;
+        if shared.values().any(|pool| pool.values().any(|c| c.len() != k)) {
+            return Err(RestoreError::part("shared points", format!("do not match the card (k = {k})")));
         }
-        if repr.shared.iter().any(|(_, pool)| pool.values().any(|c| c.len() != k)) {
-            return Err(format!("shared points do not match the card (k = {k})"));
-        }
-        self.groups = repr.groups.into_iter().collect();
-        self.shared = repr.shared.into_iter().collect();
-        self.closed_before = repr.closed_before;
-        self.seq = repr.seq;
+        self.groups = groups;
+        self.shared = shared;
+        self.closed_before = closed_before;
         Ok(())
+    }
+}
+
+/// Logs groups evicted at `max_series`.
+fn log_evicted(n: usize, max_series: usize) {
+    if n > 0 {
+        tracing::debug!(evicted = n, max_series, "window groups evicted at max_series");
     }
 }
 
@@ -689,5 +662,74 @@ mod tests {
         let _ = f.advance(5 * S);
         assert_eq!(f.evict_idle(5 * S), 0);
         assert_eq!(f.evict_idle(12 * S), 2);
+    }
+
+    #[test]
+    fn pooled_points_count_for_their_groups_at_their_own_arrival() {
+        let c = card(1, 0);
+        let lim = Limits { max_series: 2, idle_ns: u64::MAX };
+        let (i1, j2) = (GroupKey::new("i", "v", "m1"), GroupKey::new("j", "v", "m2"));
+        // i's pooled point arrives after j's row: handed to i's group at close, it makes i the
+        // more recent, so the next new group evicts j.
+        let mut f = Features::new(&c, lim);
+        f.push(&i1, 0, 0, 1.0);
+        f.push(&j2, 0, 0, 1.0);
+        f.push(&GroupKey::new("i", "v", ""), 2, 0, 1.0);
+        assert_eq!(f.advance(S - 1).len(), 2);
+        f.push(&GroupKey::new("k", "v", "m"), 0, S, 1.0);
+        assert_eq!(f.dropped().evicted_max, 1);
+        assert!(f.groups.contains_key(&i1) && !f.groups.contains_key(&j2));
+        // It arrived before j's row: handing it over is not a new arrival, so i is evicted.
+        let mut f = Features::new(&c, lim);
+        f.push(&i1, 0, 0, 1.0);
+        f.push(&GroupKey::new("i", "v", ""), 2, 0, 1.0);
+        f.push(&j2, 0, 0, 1.0);
+        assert_eq!(f.advance(S - 1).len(), 2);
+        assert_eq!(f.groups.seq(), 3, "three points, three sequence numbers");
+        f.push(&GroupKey::new("k", "v", "m"), 0, S, 1.0);
+        assert!(!f.groups.contains_key(&i1) && f.groups.contains_key(&j2));
+    }
+
+    #[test]
+    fn a_group_made_by_pooled_points_idles_from_their_time_and_pending_rows_keep_groups() {
+        let c = card(1, 0);
+        let mut f = Features::new(&c, Limits { max_series: 10, idle_ns: 10 * S });
+        f.push(&GroupKey::new("i", "v", ""), 2, 5 * S, 1.0);
+        assert_eq!(f.advance(6 * S - 1).len(), 1, "the model-\"\" group");
+        assert_eq!(f.evict_idle(15 * S - 1), 0);
+        assert_eq!(f.evict_idle(15 * S), 1, "idle 10 s after the pooled point");
+        let g = GroupKey::new("i", "v", "m");
+        f.push(&g, 0, 20 * S, 1.0);
+        assert_eq!(f.evict_idle(100 * S), 0, "its row is pending");
+        let _ = f.advance(100 * S);
+        assert_eq!(f.evict_idle(100 * S), 1);
+        assert_eq!(f.dropped(), Dropped { late: 0, evicted_max: 0, evicted_idle: 2 });
+    }
+
+    #[test]
+    fn restore_refuses_other_versions_and_other_cards_and_keeps_the_state() {
+        let c = card(2, 0);
+        let g = GroupKey::new("i", "v", "m");
+        let mut f = Features::new(&c, Limits::default());
+        f.push(&g, 0, 0, 1.0);
+        f.push(&GroupKey::new("i", "v", ""), 2, S, 1.0);
+        let bytes = f.snapshot().unwrap();
+        let mut r = Features::new(&c, Limits::default());
+        r.restore(&bytes).unwrap();
+        assert_eq!(r.snapshot().unwrap(), bytes);
+        let v1 = f.groups.snapshot(1, &(&f.shared, f.closed_before), |_, g| g).unwrap();
+        let e = r.restore(&v1).unwrap_err();
+        assert_eq!(e.to_string(), "state version 1, this build reads 2");
+        // Another card (k = 2): refused, the state unchanged.
+        let mut other: Card = card(2, 0);
+        other.signals.truncate(2);
+        other.mean.truncate(2);
+        other.std.truncate(2);
+        let mut o = Features::new(&other, Limits::default());
+        let e = o.restore(&bytes).unwrap_err();
+        assert!(e.to_string().starts_with("group: "), "{e}");
+        assert_eq!(o.group_count(), 0);
+        assert!(r.restore(&bytes[..bytes.len() - 1]).is_err());
+        assert_eq!(r.snapshot().unwrap(), bytes);
     }
 }

@@ -97,18 +97,19 @@ impl ProcessorFactory for BatchFactory {
     fn signals(&self) -> &'static [Signal] {
         &Signal::ALL
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<BatchConfig>(cfg)?.check()
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        let config: BatchConfig = parse_config(cfg)?;
+        config.check()?;
+        Ok(Arc::new(config))
     }
-    fn create(
+    fn build(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
         next: ConsumerRef,
     ) -> Result<NodeRef, ComponentError> {
-        let config: BatchConfig = parse_config(cfg)?;
-        config.check()?;
+        let config = inferwatch_core::component::typed::<BatchConfig>(parsed)?.clone();
         Ok(Arc::new(Batch::new(config, signal, next, ctx.telemetry.processor(&ctx.id, signal), ctx.id.to_string())))
     }
 }

@@ -23,18 +23,18 @@ impl ConnectorFactory for ForwardFactory {
     fn signal_pairs(&self) -> &'static [(Signal, Signal)] {
         &[(Signal::Traces, Signal::Traces), (Signal::Metrics, Signal::Metrics), (Signal::Logs, Signal::Logs)]
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        inferwatch_core::component::parse_config::<ForwardConfig>(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(Arc::new(inferwatch_core::component::parse_config::<ForwardConfig>(cfg)?))
     }
-    fn create(
+    fn build(
         &self,
         _ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         from: Signal,
         to: Signal,
         next: ConsumerRef,
     ) -> Result<NodeRef, ComponentError> {
-        self.validate(cfg)?;
+        inferwatch_core::component::typed::<ForwardConfig>(parsed)?;
         if from != to {
             return Err(ComponentError::Start(format!("forward cannot connect {from} to {to}")));
         }

@@ -121,18 +121,19 @@ impl ProcessorFactory for MemoryLimiterFactory {
     fn signals(&self) -> &'static [Signal] {
         &Signal::ALL
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<MemoryLimiterConfig>(cfg)?.check()
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        let c: MemoryLimiterConfig = parse_config(cfg)?;
+        c.check()?;
+        Ok(Arc::new(c))
     }
-    fn create(
+    fn build(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
         next: ConsumerRef,
     ) -> Result<NodeRef, ComponentError> {
-        let c: MemoryLimiterConfig = parse_config(cfg)?;
-        c.check()?;
+        let c = inferwatch_core::component::typed::<MemoryLimiterConfig>(parsed)?;
         let limits = c.limits();
         tracing::info!(processor = %ctx.id, hard_mib = limits.hard / MIB, soft_mib = limits.soft / MIB, "memory limiter");
         Ok(Arc::new(MemoryLimiter {

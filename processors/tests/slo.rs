@@ -296,6 +296,61 @@ fn a_restored_checkpoint_continues_exactly() {
     assert!(b.restore(b"\xff\xfe garbage").is_err());
 }
 
+/// The checkpoint form of one objective (as `slo` writes it: postcard).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SnapObjective {
+    name: String,
+    groups: Vec<u8>,
+    forecast: Option<Vec<u8>>,
+}
+
+#[test]
+fn a_checkpoint_with_one_bad_forecast_changes_nothing() {
+    let cfg = json!({"objectives": [
+        {"name": "tpot", "signal": "tpot_p95", "threshold": "70ms", "forecast": {"min_history": "3h", "history": "1d", "seasonality": []}},
+        {"name": "ttft", "signal": "ttft_p95", "threshold": "2s", "forecast": {"min_history": "3h", "history": "1d", "seasonality": []}}
+    ]});
+    let feed = |p: &mut dyn ArrowProcessor, m: u64| {
+        let t = BASE + m * MIN;
+        step(
+            p,
+            &[
+                P {
+                    name: "llm.tpot.p95",
+                    model: "m",
+                    instance: "a",
+                    source: "spans",
+                    t,
+                    value: 0.03 + m as f64 * 1e-5,
+                },
+                P { name: "llm.ttft.p95", model: "m", instance: "a", source: "spans", t, value: 0.5 },
+                P { name: "llm.request.rate", model: "m", instance: "a", source: "spans", t, value: 1.5 },
+            ],
+            t,
+        )
+    };
+    let mut a = create(cfg.clone());
+    for m in 1..=200 {
+        feed(a.as_mut(), m);
+    }
+    let good = a.snapshot().unwrap();
+    let mut objs: Vec<SnapObjective> = postcard::from_bytes(&good).unwrap();
+    assert_eq!(objs.len(), 2);
+    assert!(objs.iter().all(|o| o.forecast.is_some()));
+    objs[1].forecast = Some(vec![0xff; 9]);
+    let bad = postcard::to_allocvec(&objs).unwrap();
+    // b has its own state: a refused checkpoint must leave all of it, the first forecast included.
+    let mut b = create(cfg);
+    for m in 1..=50 {
+        feed(b.as_mut(), m);
+    }
+    let before = b.snapshot().unwrap();
+    assert!(b.restore(&bad).is_err(), "a corrupt forecast was accepted");
+    assert_eq!(b.snapshot().unwrap(), before, "a refused checkpoint changed the state");
+    b.restore(&good).unwrap();
+    assert_eq!(b.snapshot().unwrap(), good);
+}
+
 #[test]
 fn bad_declarations_are_refused_naming_the_key() {
     let err = |v: serde_json::Value| ProcessorFactory::validate(&SloFactory, &v).unwrap_err().path;

@@ -11,7 +11,7 @@ use super::RecordBatch;
 use crate::host::CreateContext;
 use crate::pdata::Signal;
 use crate::state::StateError;
-use crate::vocab::{ComponentError, FieldError};
+use crate::vocab::{ComponentError, FieldError, Parsed, parsed_raw, typed};
 
 /// What a processor reads: its input signal and the columns of that signal's schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,16 +43,39 @@ pub trait ArrowProcessor: Send {
 }
 
 /// Builds Arrow processors of one type; returned by [`crate::component::ProcessorFactory::arrow`].
+///
+/// A factory implements `parse_arrow` and `build_arrow` (or, the older way, `validate_arrow`
+/// and `create_arrow`); the settings are parsed once and every pipeline's processor is built
+/// from the same typed config.
 pub trait ArrowProcessorFactory: Send + Sync {
+    /// Parses and checks the settings into the factory's typed config (the processor
+    /// factory's `parse`).
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<Parsed, FieldError> {
+        parsed_raw(self.validate_arrow(cfg), cfg)
+    }
     /// Checks the settings (same as the processor factory's `validate`).
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError>;
-    /// Builds one processor for one pipeline of `signal`.
+    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+        self.parse_arrow(cfg).map(|_| ())
+    }
+    /// Builds one processor for one pipeline of `signal` from settings `parse_arrow` returned.
+    fn build_arrow(
+        &self,
+        ctx: CreateContext,
+        parsed: &Parsed,
+        signal: Signal,
+    ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
+        self.create_arrow(ctx, typed::<serde_json::Value>(parsed)?, signal)
+    }
+    /// Builds one processor for one pipeline of `signal` from raw settings (`parse_arrow`,
+    /// then `build_arrow`).
     fn create_arrow(
         &self,
         ctx: CreateContext,
         cfg: &serde_json::Value,
         signal: Signal,
-    ) -> Result<Box<dyn ArrowProcessor>, ComponentError>;
+    ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
+        self.build_arrow(ctx, &self.parse_arrow(cfg)?, signal)
+    }
 }
 
 /// Implements `ProcessorFactory` for a type implementing [`ArrowProcessorFactory`]: the
@@ -69,17 +92,20 @@ macro_rules! arrow_processor_factory {
             fn signals(&self) -> &'static [$crate::pdata::Signal] {
                 $signals
             }
-            fn validate(&self, cfg: &::serde_json::Value) -> Result<(), $crate::component::FieldError> {
-                $crate::arrow::ArrowProcessorFactory::validate_arrow(self, cfg)
+            fn parse(
+                &self,
+                cfg: &::serde_json::Value,
+            ) -> Result<$crate::component::Parsed, $crate::component::FieldError> {
+                $crate::arrow::ArrowProcessorFactory::parse_arrow(self, cfg)
             }
-            fn create(
+            fn build(
                 &self,
                 ctx: $crate::component::CreateContext,
-                cfg: &::serde_json::Value,
+                parsed: &$crate::component::Parsed,
                 signal: $crate::pdata::Signal,
                 next: $crate::consumer::ConsumerRef,
             ) -> Result<$crate::component::NodeRef, $crate::component::ComponentError> {
-                $crate::arrow::stage::build_single(ctx, self, cfg, signal, next)
+                $crate::arrow::stage::build_single_parsed(ctx, self, parsed, signal, next)
             }
             fn arrow(&self) -> Option<&dyn $crate::arrow::ArrowProcessorFactory> {
                 Some(self)

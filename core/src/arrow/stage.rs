@@ -13,7 +13,7 @@
 //! processors' state are checkpointed through the host's state registry.
 
 use super::{ArrowProcessor, ArrowProcessorFactory, RecordBatch};
-use crate::component::{Node, NodeRef};
+use crate::component::{Node, NodeRef, Parsed};
 use crate::consumer::{ConsumeError, Consumer, ConsumerRef};
 use crate::host::CreateContext;
 use crate::host::Host;
@@ -90,13 +90,24 @@ pub fn build_single(
     signal: Signal,
     next: ConsumerRef,
 ) -> Result<NodeRef, ComponentError> {
+    build_single_parsed(ctx, factory, &factory.parse_arrow(cfg)?, signal, next)
+}
+
+/// [`build_single`] from settings the factory's `parse_arrow` already returned.
+pub fn build_single_parsed(
+    ctx: CreateContext,
+    factory: &dyn ArrowProcessorFactory,
+    parsed: &Parsed,
+    signal: Signal,
+    next: ConsumerRef,
+) -> Result<NodeRef, ComponentError> {
     let sctx = StageContext {
         pipeline: signal.as_str().to_string(),
         telemetry: ctx.telemetry.clone(),
         host: ctx.host.clone(),
     };
     let id = ctx.id.clone();
-    let p = factory.create_arrow(ctx, cfg, signal)?;
+    let p = factory.build_arrow(ctx, parsed, signal)?;
     Ok(ArrowStage::build(sctx, vec![(id, p)], signal, next)?)
 }
 
@@ -110,13 +121,25 @@ pub fn build_connector(
     to: Signal,
     next: ConsumerRef,
 ) -> Result<NodeRef, ComponentError> {
+    build_connector_parsed(ctx, factory, &factory.parse_arrow(cfg)?, from, to, next)
+}
+
+/// [`build_connector`] from settings the factory's `parse_arrow` already returned.
+pub fn build_connector_parsed(
+    ctx: CreateContext,
+    factory: &dyn ArrowProcessorFactory,
+    parsed: &Parsed,
+    from: Signal,
+    to: Signal,
+    next: ConsumerRef,
+) -> Result<NodeRef, ComponentError> {
     let sctx = StageContext {
         pipeline: format!("{}->{}/{}", from.as_str(), to.as_str(), ctx.id),
         telemetry: ctx.telemetry.clone(),
         host: ctx.host.clone(),
     };
     let id = ctx.id.clone();
-    let p = factory.create_arrow(ctx, cfg, from)?;
+    let p = factory.build_arrow(ctx, parsed, from)?;
     Ok(ArrowStage::build_with(sctx, vec![(id, p)], from, to, false, next)?)
 }
 

@@ -289,6 +289,7 @@ impl Build {
                         settings: v.to_json(),
                         location: k.location.clone(),
                         node: v.clone(),
+                        parsed: Default::default(),
                     };
                     out.insert(id, c);
                 }

@@ -3,6 +3,7 @@
 
 mod envsubst;
 mod load;
+pub mod split;
 mod validate;
 pub mod yaml;
 
@@ -93,6 +94,43 @@ pub struct ComponentConfig {
     pub location: Location,
     /// The settings subtree with positions, to locate errors inside it.
     pub node: yaml::Node,
+    /// The settings as the factory parsed them when the configuration was validated (or the
+    /// graph first built it), so that they are parsed once however many pipelines use it.
+    pub parsed: ParsedSettings,
+}
+
+/// A component's [`Parsed`](crate::component::Parsed) settings, kept with the factory and the
+/// settings they were parsed by and from: reused only for that same factory and those same settings.
+#[derive(Default)]
+pub struct ParsedSettings(parking_lot::Mutex<Option<(usize, serde_json::Value, crate::component::Parsed)>>);
+
+impl Clone for ParsedSettings {
+    fn clone(&self) -> Self {
+        ParsedSettings(parking_lot::Mutex::new(self.0.lock().clone()))
+    }
+}
+
+impl fmt::Debug for ParsedSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.lock().is_some() { "ParsedSettings(parsed)" } else { "ParsedSettings(none)" })
+    }
+}
+
+impl ParsedSettings {
+    /// The address identifying a factory (its `Arc`'s data pointer).
+    pub fn factory_key<F: ?Sized>(f: &Arc<F>) -> usize {
+        Arc::as_ptr(f) as *const () as usize
+    }
+
+    /// What `factory` parsed from `settings`, if kept.
+    pub fn get(&self, factory: usize, settings: &serde_json::Value) -> Option<crate::component::Parsed> {
+        self.0.lock().as_ref().filter(|(k, v, _)| *k == factory && v == settings).map(|(_, _, p)| p.clone())
+    }
+
+    /// Keeps what `factory` parsed from `settings` (replacing what was kept).
+    pub fn set(&self, factory: usize, settings: &serde_json::Value, parsed: crate::component::Parsed) {
+        *self.0.lock() = Some((factory, settings.clone(), parsed));
+    }
 }
 
 impl ComponentConfig {

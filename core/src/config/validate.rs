@@ -1,7 +1,8 @@
 //! Validation of a loaded [`Config`] against the registry: component types and settings,
 //! pipeline references and signals, connector use, extensions and cycles.
 
-use super::{ComponentConfig, Config, ConfigError, Location, PipelineConfig};
+use super::{ComponentConfig, Config, ConfigError, Location, ParsedSettings, PipelineConfig};
+use crate::component::Parsed;
 use crate::pdata::Signal;
 use crate::registry::Registry;
 use crate::vocab::{ComponentId, ComponentKind, FieldError, PathSeg};
@@ -85,8 +86,11 @@ fn suffix(path: &[PathSeg]) -> String {
         .collect()
 }
 
-/// A factory's settings check.
-type Check<'a> = Box<dyn Fn(&Value) -> Result<(), FieldError> + 'a>;
+/// A factory's settings parse (with the factory's [`ParsedSettings::factory_key`]).
+type Check<'a> = (usize, CheckFn<'a>);
+
+/// See [`Check`].
+type CheckFn<'a> = Box<dyn Fn(&Value) -> Result<Parsed, FieldError> + 'a>;
 
 /// Most errors reported for one component's settings.
 const MAX_ERRORS_PER_COMPONENT: usize = 32;
@@ -206,26 +210,34 @@ impl Validator<'_> {
         let (c, r) = (self.c, self.r);
         for comp in c.receivers.values() {
             let f = r.receiver(&comp.id.type_name);
-            self.component(ComponentKind::Receiver, comp, f.map(|f| Box::new(move |v: &Value| f.validate(v)) as Check));
+            self.component(
+                ComponentKind::Receiver,
+                comp,
+                f.map(|f| (ParsedSettings::factory_key(f), Box::new(move |v: &Value| f.parse(v)) as CheckFn)),
+            );
         }
         for comp in c.processors.values() {
             let f = r.processor(&comp.id.type_name);
             self.component(
                 ComponentKind::Processor,
                 comp,
-                f.map(|f| Box::new(move |v: &Value| f.validate(v)) as Check),
+                f.map(|f| (ParsedSettings::factory_key(f), Box::new(move |v: &Value| f.parse(v)) as CheckFn)),
             );
         }
         for comp in c.exporters.values() {
             let f = r.exporter(&comp.id.type_name);
-            self.component(ComponentKind::Exporter, comp, f.map(|f| Box::new(move |v: &Value| f.validate(v)) as Check));
+            self.component(
+                ComponentKind::Exporter,
+                comp,
+                f.map(|f| (ParsedSettings::factory_key(f), Box::new(move |v: &Value| f.parse(v)) as CheckFn)),
+            );
         }
         for comp in c.connectors.values() {
             let f = r.connector(&comp.id.type_name);
             self.component(
                 ComponentKind::Connector,
                 comp,
-                f.map(|f| Box::new(move |v: &Value| f.validate(v)) as Check),
+                f.map(|f| (ParsedSettings::factory_key(f), Box::new(move |v: &Value| f.parse(v)) as CheckFn)),
             );
             for (other, section) in [("a receiver", &c.receivers), ("an exporter", &c.exporters)] {
                 if section.contains_key(&comp.id) {
@@ -239,7 +251,7 @@ impl Validator<'_> {
             self.component(
                 ComponentKind::Extension,
                 comp,
-                f.map(|f| Box::new(move |v: &Value| f.validate(v)) as Check),
+                f.map(|f| (ParsedSettings::factory_key(f), Box::new(move |v: &Value| f.parse(v)) as CheckFn)),
             );
         }
     }
@@ -249,7 +261,7 @@ impl Validator<'_> {
     /// the settings checked again, so that one run lists them all.
     fn component(&mut self, kind: ComponentKind, comp: &ComponentConfig, check: Option<Check<'_>>) {
         let key = format!("{}.{}", kind.section(), comp.id);
-        let Some(check) = check else {
+        let Some((factory, check)) = check else {
             let msg = unknown_type(self.r, kind, &comp.id.type_name);
             self.err(&comp.location, key, msg);
             return;
@@ -259,7 +271,16 @@ impl Validator<'_> {
         let mut meant: Vec<Vec<PathSeg>> = Vec::new();
         let first = self.errors.len();
         for _ in 0..MAX_ERRORS_PER_COMPONENT {
-            let Err(e) = check(&settings) else { break };
+            let e = match check(&settings) {
+                Ok(parsed) => {
+                    // Valid as written: kept, so that building the graph does not parse again.
+                    if removed.is_empty() {
+                        comp.parsed.set(factory, &comp.settings, parsed);
+                    }
+                    break;
+                }
+                Err(e) => e,
+            };
             let mut path = e.path.clone();
             // serde's path ends at the map holding an unknown field: point at the field itself.
             let unknown = quoted_after(&e.message, "unknown field `");

@@ -230,12 +230,16 @@ impl ExtensionFactory for BasicAuthFactory {
         "basicauth"
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        BasicAuthConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<crate::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(BasicAuthConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Extension>, ComponentError> {
-        let c = BasicAuthConfig::from_value(cfg)?;
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &crate::component::Parsed,
+    ) -> Result<Box<dyn Extension>, ComponentError> {
+        let c = crate::component::typed::<BasicAuthConfig>(parsed)?;
         let fail = |e: String| ComponentError::Start(format!("{}: {e}", ctx.id));
         let server: Option<Arc<dyn ServerAuth>> = match &c.htpasswd {
             Some(h) => Some(Arc::new(BasicServer::new(h).map_err(fail)?)),

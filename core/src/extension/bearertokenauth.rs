@@ -159,13 +159,17 @@ impl ExtensionFactory for BearerTokenAuthFactory {
         "bearertokenauth"
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        BearerTokenAuthConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<crate::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(BearerTokenAuthConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Extension>, ComponentError> {
-        let c = BearerTokenAuthConfig::from_value(cfg)?;
-        let a = Arc::new(BearerToken::new(&c).map_err(|e| ComponentError::Start(format!("{}: {e}", ctx.id)))?);
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &crate::component::Parsed,
+    ) -> Result<Box<dyn Extension>, ComponentError> {
+        let c = crate::component::typed::<BearerTokenAuthConfig>(parsed)?;
+        let a = Arc::new(BearerToken::new(c).map_err(|e| ComponentError::Start(format!("{}: {e}", ctx.id)))?);
         let server: Arc<dyn ServerAuth> = a.clone();
         let client: Arc<dyn ClientAuth> = a;
         ctx.host.services.provide(&ctx.id.to_string(), Authenticator { server: Some(server), client: Some(client) });

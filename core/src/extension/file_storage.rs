@@ -136,12 +136,18 @@ impl ExtensionFactory for FileStorageFactory {
     fn type_name(&self) -> &'static str {
         "file_storage"
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<FileStorageConfig>(cfg)?.check().map(|_| ())
-    }
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Extension>, ComponentError> {
+    fn parse(&self, cfg: &serde_json::Value) -> Result<crate::component::Parsed, FieldError> {
         let c: FileStorageConfig = parse_config(cfg)?;
         let mode = c.check()?;
+        Ok(std::sync::Arc::new((c, mode)))
+    }
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &crate::component::Parsed,
+    ) -> Result<Box<dyn Extension>, ComponentError> {
+        let (c, mode) = crate::component::typed::<(FileStorageConfig, u32)>(parsed)?;
+        let mode = *mode;
         prepare_directory(&c.directory, c.create_directory, mode)
             .map_err(|e| ComponentError::Start(format!("file_storage directory {}: {e}", c.directory.display())))?;
         let s = FileStorage { directory: c.directory.clone(), fsync: c.fsync, timeout: c.timeout.0 };

@@ -211,13 +211,17 @@ impl ExtensionFactory for HeadersSetterFactory {
         "headers_setter"
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        HeadersSetterConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<crate::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(HeadersSetterConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Extension>, ComponentError> {
-        let c = HeadersSetterConfig::from_value(cfg)?;
-        let h = HeadersSetter::new(&c).map_err(|e| ComponentError::Start(format!("{}: {e}", ctx.id)))?;
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &crate::component::Parsed,
+    ) -> Result<Box<dyn Extension>, ComponentError> {
+        let c = crate::component::typed::<HeadersSetterConfig>(parsed)?;
+        let h = HeadersSetter::new(c).map_err(|e| ComponentError::Start(format!("{}: {e}", ctx.id)))?;
         let client: Arc<dyn ClientAuth> = Arc::new(h);
         ctx.host.services.provide(&ctx.id.to_string(), Authenticator { server: None, client: Some(client) });
         Ok(Box::new(Passive))

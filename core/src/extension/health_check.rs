@@ -97,15 +97,19 @@ impl ExtensionFactory for HealthCheckFactory {
     fn type_name(&self) -> &'static str {
         "health_check"
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+    fn parse(&self, cfg: &serde_json::Value) -> Result<crate::component::Parsed, FieldError> {
         let c: HealthCheckConfig = parse_config(cfg)?;
         if !c.path.starts_with('/') || c.path.contains(['{', '}', '*', ':']) {
             return Err(FieldError::at("path", "must start with / and hold no {, }, * or :"));
         }
-        Ok(())
+        Ok(std::sync::Arc::new(c))
     }
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Extension>, ComponentError> {
-        let config: HealthCheckConfig = parse_config(cfg)?;
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &crate::component::Parsed,
+    ) -> Result<Box<dyn Extension>, ComponentError> {
+        let config = crate::component::typed::<HealthCheckConfig>(parsed)?.clone();
         Ok(Box::new(HealthCheck {
             config,
             stop: CancellationToken::new(),

@@ -42,7 +42,7 @@ impl ExtensionFactory for StorageFactory {
     fn type_name(&self) -> &'static str {
         "storage"
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+    fn parse(&self, cfg: &serde_json::Value) -> Result<crate::component::Parsed, FieldError> {
         let c: StorageConfig = parse_config(cfg)?;
         if c.directory.as_os_str().is_empty() {
             return Err(FieldError::at("directory", "must not be empty"));
@@ -50,11 +50,14 @@ impl ExtensionFactory for StorageFactory {
         if c.checkpoint_interval.0 < Duration::from_millis(10) {
             return Err(FieldError::at("checkpoint_interval", "must be at least 10ms"));
         }
-        Ok(())
+        Ok(std::sync::Arc::new(c))
     }
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Extension>, ComponentError> {
-        self.validate(cfg)?;
-        let config: StorageConfig = parse_config(cfg)?;
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &crate::component::Parsed,
+    ) -> Result<Box<dyn Extension>, ComponentError> {
+        let config = crate::component::typed::<StorageConfig>(parsed)?.clone();
         Ok(Box::new(Storage {
             config,
             host: ctx.host,

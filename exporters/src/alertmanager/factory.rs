@@ -24,16 +24,21 @@ impl ExporterFactory for AlertmanagerExporterFactory {
         &[Signal::Logs]
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        AlertmanagerConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(AlertmanagerConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &inferwatch_core::component::Parsed,
+        signal: Signal,
+    ) -> Result<NodeRef, ComponentError> {
         if signal != Signal::Logs {
             return Err(ComponentError::Start(format!("alertmanager exports logs (alert records), not {signal}")));
         }
-        let c = AlertmanagerConfig::from_value(cfg)?;
-        let mut sender = AlertmanagerSender::new(&c)?;
+        let c = inferwatch_core::component::typed::<AlertmanagerConfig>(parsed)?;
+        let mut sender = AlertmanagerSender::new(c)?;
         sender.auth = client_auth::resolve_client(&ctx.host, c.auth.as_ref())?;
         let sender = Arc::new(sender);
         let inner = c.exporter.node(&ctx, signal, sender)?;

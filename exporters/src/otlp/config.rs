@@ -1,11 +1,10 @@
 //! Settings of the `otlp` exporter and their checks.
 
-use crate::common;
+use crate::client_config::{ClientSettings, with_client_settings};
 use crate::tls;
-use inferwatch_core::auth::AuthSettings;
 use inferwatch_core::component::{FieldError, parse_config};
 use inferwatch_core::exporterhelper::ExporterSettings;
-use inferwatch_core::settings::{Compression, CompressionParams, Endpoint, GoDuration, TlsClientSettings};
+use inferwatch_core::settings::{Endpoint, GoDuration};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -40,21 +39,10 @@ pub struct OtlpConfig {
     /// `host:port`, or `http(s)://host:port` (the scheme chooses plain text or TLS). Required.
     #[serde(default)]
     pub endpoint: Option<Endpoint>,
-    /// Client TLS; on by default unless `insecure: true` or an `http://` endpoint.
-    #[serde(default)]
-    pub tls: TlsClientSettings,
-    /// Extra gRPC metadata sent with every request.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// Client authenticator extension (`auth: { authenticator: <id> }`, otelcol `configauth`).
-    #[serde(default)]
-    pub auth: Option<AuthSettings>,
-    /// Request compression (`gzip` by default, or `none`).
-    #[serde(default)]
-    pub compression: Compression,
-    /// gzip level (`compression_params.level`, 1 fastest to 9 smallest; default 1).
-    #[serde(default)]
-    pub compression_params: CompressionParams,
+    /// `tls` (on by default unless `insecure: true` or an `http://` endpoint), `headers` (gRPC
+    /// metadata), `auth`, `compression`, `compression_params`.
+    #[serde(skip)]
+    pub client: ClientSettings,
     /// `timeout` (of one export call; default 5s), `sending_queue`, `retry_on_failure`.
     #[serde(skip)]
     pub exporter: ExporterSettings,
@@ -66,7 +54,7 @@ pub struct OtlpConfig {
     pub keepalive: KeepaliveSettings,
 }
 
-common::with_exporter_settings!(OtlpConfig, ExporterSettings::with_timeout(Duration::from_secs(5)));
+with_client_settings!(OtlpConfig, ExporterSettings::with_timeout(Duration::from_secs(5)));
 
 impl OtlpConfig {
     /// Parses and checks settings (no file is read).
@@ -77,13 +65,13 @@ impl OtlpConfig {
     }
 
     pub(super) fn check(&self) -> Result<(), FieldError> {
-        self.compression_params.check().map_err(|e| FieldError::at("compression_params.level", e))?;
+        self.client.compression_params.check().map_err(|e| FieldError::at("compression_params.level", e))?;
         let ep = self.endpoint()?;
         if !ep.path.is_empty() {
             return Err(FieldError::at("endpoint", format!("a gRPC endpoint has no path (got {:?})", ep.path)));
         }
-        tls::validate(&self.tls)?;
-        let t = &self.tls;
+        tls::validate(&self.client.tls)?;
+        let t = &self.client.tls;
         let wants_tls = t.ca_file.is_some() || t.cert_file.is_some() || t.insecure_skip_verify;
         if wants_tls && !self.use_tls() {
             let why =
@@ -93,7 +81,7 @@ impl OtlpConfig {
                 format!("{why} (plain text) but TLS files or insecure_skip_verify are set; use one or the other"),
             ));
         }
-        metadata(&self.headers)?;
+        metadata(&self.client.headers)?;
         match self.balancer_name.as_deref() {
             None | Some("") | Some("pick_first") | Some("round_robin") => {}
             Some(b) => {
@@ -118,7 +106,7 @@ impl OtlpConfig {
         match self.endpoint.as_ref().and_then(|e| e.scheme.as_deref()) {
             Some("https") => true,
             Some("http") => false,
-            _ => !self.tls.insecure,
+            _ => !self.client.tls.insecure,
         }
     }
 }

@@ -20,14 +20,19 @@ impl ExporterFactory for OtlpExporterFactory {
         &Signal::ALL
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        OtlpConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(OtlpConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
-        let c = OtlpConfig::from_value(cfg)?;
-        let mut sender = GrpcSender::new(ctx.id.to_string(), &c)?;
-        sender.auth = client_auth::resolve_client(&ctx.host, c.auth.as_ref())?;
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &inferwatch_core::component::Parsed,
+        signal: Signal,
+    ) -> Result<NodeRef, ComponentError> {
+        let c = inferwatch_core::component::typed::<OtlpConfig>(parsed)?;
+        let mut sender = GrpcSender::new(ctx.id.to_string(), c)?;
+        sender.auth = client_auth::resolve_client(&ctx.host, c.client.auth.as_ref())?;
         c.exporter.node(&ctx, signal, Arc::new(sender))
     }
 }

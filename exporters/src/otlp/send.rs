@@ -39,7 +39,7 @@ impl GrpcSender {
         c.check()?;
         let ep = c.endpoint()?;
         let use_tls = c.use_tls();
-        if use_tls && c.tls.insecure {
+        if use_tls && c.client.tls.insecure {
             tracing::warn!(exporter = %name, "the endpoint is https://, so TLS is used although tls.insecure is true");
         }
         if c.balancer_name.as_deref() == Some("round_robin") {
@@ -64,15 +64,15 @@ impl GrpcSender {
             }
         }
         if use_tls {
-            endpoint = grpc_tls(endpoint, &c.tls)?;
+            endpoint = grpc_tls(endpoint, &c.client.tls)?;
         }
         Ok(GrpcSender {
             name,
             endpoint,
             channel: OnceLock::new(),
-            metadata: metadata(&c.headers)?,
+            metadata: metadata(&c.client.headers)?,
             auth: None,
-            gzip: (c.compression == Compression::Gzip).then_some(c.compression_params.level),
+            gzip: (c.client.compression == Compression::Gzip).then_some(c.client.compression_params.level),
             timeout,
         })
     }

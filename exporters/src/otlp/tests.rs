@@ -69,7 +69,7 @@ fn key(path: &[PathSeg]) -> Vec<String> {
 #[test]
 fn defaults_follow_otelcol() {
     let c = OtlpConfig::from_value(&json!({"endpoint": "tempo:4317"})).unwrap();
-    assert_eq!(c.compression, Compression::Gzip);
+    assert_eq!(c.client.compression, Compression::Gzip);
     assert_eq!(c.exporter.timeout.0, Duration::from_secs(5));
     assert!(c.use_tls());
     assert!(c.exporter.sending_queue.enabled);
@@ -97,7 +97,7 @@ fn otelcol_keys_are_accepted() {
     });
     let c = OtlpConfig::from_value(&v).unwrap();
     assert_eq!(c.keepalive.time.0, Duration::from_secs(20));
-    let m = metadata(&c.headers).unwrap();
+    let m = metadata(&c.client.headers).unwrap();
     assert_eq!(m.get("x-scope-orgid").and_then(|v| v.to_str().ok()), Some("team-a"));
     assert!(m.get_bin("trace-bin").is_some());
 }

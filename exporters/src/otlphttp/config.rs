@@ -1,15 +1,13 @@
 //! Settings of the `otlphttp` exporter and their checks.
 
+use crate::client_config::{ClientSettings, with_client_settings};
 use crate::http::{self};
-use crate::{common, tls};
-use inferwatch_core::auth::AuthSettings;
+use crate::tls;
 use inferwatch_core::component::{FieldError, parse_config};
 use inferwatch_core::exporterhelper::ExporterSettings;
 use inferwatch_core::pdata::Signal;
-use inferwatch_core::settings::{Compression, CompressionParams, TlsClientSettings};
 use reqwest::Url;
 use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Body encoding of OTLP/HTTP requests.
@@ -49,21 +47,6 @@ pub struct OtlpHttpConfig {
     /// Full URL for logs.
     #[serde(default)]
     pub logs_endpoint: Option<String>,
-    /// Client TLS for `https://` URLs.
-    #[serde(default)]
-    pub tls: TlsClientSettings,
-    /// Extra HTTP headers sent with every request.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// Client authenticator extension (`auth: { authenticator: <id> }`, otelcol `configauth`).
-    #[serde(default)]
-    pub auth: Option<AuthSettings>,
-    /// Request compression (`gzip` by default, or `none`).
-    #[serde(default)]
-    pub compression: Compression,
-    /// gzip level (`compression_params.level`, 1 fastest to 9 smallest; default 1).
-    #[serde(default)]
-    pub compression_params: CompressionParams,
     /// Body encoding (`proto` by default, or `json`).
     #[serde(default)]
     pub encoding: Encoding,
@@ -71,9 +54,12 @@ pub struct OtlpHttpConfig {
     /// `retry_on_failure`.
     #[serde(skip)]
     pub exporter: ExporterSettings,
+    /// `tls` (for `https://` URLs), `headers` (HTTP), `auth`, `compression`, `compression_params`.
+    #[serde(skip)]
+    pub client: ClientSettings,
 }
 
-common::with_exporter_settings!(OtlpHttpConfig, ExporterSettings::with_timeout(Duration::from_secs(30)));
+with_client_settings!(OtlpHttpConfig, ExporterSettings::with_timeout(Duration::from_secs(30)));
 
 impl OtlpHttpConfig {
     /// Parses and checks settings (no file is read).
@@ -84,7 +70,7 @@ impl OtlpHttpConfig {
     }
 
     pub(super) fn check(&self) -> Result<(), FieldError> {
-        self.compression_params.check().map_err(|e| FieldError::at("compression_params.level", e))?;
+        self.client.compression_params.check().map_err(|e| FieldError::at("compression_params.level", e))?;
         if self.endpoint.is_none()
             && self.traces_endpoint.is_none()
             && self.metrics_endpoint.is_none()
@@ -98,8 +84,8 @@ impl OtlpHttpConfig {
         for s in Signal::ALL {
             self.signal_url(s)?;
         }
-        tls::validate(&self.tls)?;
-        http::headers(&self.headers)?;
+        tls::validate(&self.client.tls)?;
+        http::headers(&self.client.headers)?;
         self.exporter.check()
     }
 
@@ -111,10 +97,10 @@ impl OtlpHttpConfig {
             Signal::Logs => ("logs_endpoint", &self.logs_endpoint),
         };
         if let Some(u) = over {
-            return parse_url(key, u, self.tls.insecure).map(Some);
+            return parse_url(key, u, self.client.tls.insecure).map(Some);
         }
         let Some(base) = &self.endpoint else { return Ok(None) };
-        let mut url = parse_url("endpoint", base, self.tls.insecure)?;
+        let mut url = parse_url("endpoint", base, self.client.tls.insecure)?;
         let path = format!("{}/v1/{}", url.path().trim_end_matches('/'), signal.as_str());
         url.set_path(&path);
         Ok(Some(url))

@@ -49,9 +49,9 @@ impl HttpSender {
                 a.stop()
             }
         });
-        let client = http::client(&url, &c.tls, c.exporter.timeout(), redirects)?;
-        let gzip = (c.compression == Compression::Gzip).then_some(c.compression_params.level);
-        let mut headers = http::headers(&c.headers)?;
+        let client = http::client(&url, &c.client.tls, c.exporter.timeout(), redirects)?;
+        let gzip = (c.client.compression == Compression::Gzip).then_some(c.client.compression_params.level);
+        let mut headers = http::headers(&c.client.headers)?;
         headers.insert(CONTENT_TYPE, HeaderValue::from_static(c.encoding.content_type()));
         if gzip.is_some() {
             headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));

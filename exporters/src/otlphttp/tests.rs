@@ -42,7 +42,7 @@ fn defaults_follow_otelcol() {
     let c = OtlpHttpConfig::from_value(&json!({"endpoint": "http://c:4318"})).unwrap();
     assert_eq!(c.exporter.timeout.0, Duration::from_secs(30));
     assert_eq!(c.encoding, Encoding::Proto);
-    assert_eq!(c.compression, Compression::Gzip);
+    assert_eq!(c.client.compression, Compression::Gzip);
 }
 
 #[test]

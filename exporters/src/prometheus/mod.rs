@@ -164,16 +164,21 @@ impl ExporterFactory for PrometheusExporterFactory {
         &[Signal::Metrics]
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        PrometheusConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(PrometheusConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &inferwatch_core::component::Parsed,
+        signal: Signal,
+    ) -> Result<NodeRef, ComponentError> {
         if signal != Signal::Metrics {
             return Err(ComponentError::Start(format!("exporter \"{}\" exports metrics only, not {signal}", ctx.id)));
         }
-        let c = PrometheusConfig::from_value(cfg)?;
-        Ok(Arc::new(PrometheusExporter::new(&ctx, &c)?))
+        let c = inferwatch_core::component::typed::<PrometheusConfig>(parsed)?;
+        Ok(Arc::new(PrometheusExporter::new(&ctx, c)?))
     }
 }
 

@@ -23,15 +23,20 @@ impl ExporterFactory for RemoteWriteExporterFactory {
         &[Signal::Metrics]
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        RemoteWriteConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(RemoteWriteConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value, signal: Signal) -> Result<NodeRef, ComponentError> {
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &inferwatch_core::component::Parsed,
+        signal: Signal,
+    ) -> Result<NodeRef, ComponentError> {
         if signal != Signal::Metrics {
             return Err(ComponentError::Start(format!("exporter \"{}\" exports metrics only, not {signal}", ctx.id)));
         }
-        let c = RemoteWriteConfig::from_value(cfg)?;
+        let c = inferwatch_core::component::typed::<RemoteWriteConfig>(parsed)?;
         let mut sender = c.sender()?;
         sender.auth = client_auth::resolve_client(&ctx.host, c.auth.as_ref())?;
         let inner = c.exporter.node(&ctx, signal, Arc::new(sender))?;

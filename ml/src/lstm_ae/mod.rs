@@ -106,19 +106,21 @@ pub struct LstmAeFactory;
 inferwatch_core::arrow_processor_factory!(LstmAeFactory, DETECTOR, &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for LstmAeFactory {
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<LstmAeConfig>(cfg)?.check()
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        let c = parse_config::<LstmAeConfig>(cfg)?;
+        c.check()?;
+        Ok(std::sync::Arc::new(c))
     }
 
-    fn create_arrow(
+    fn build_arrow(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
         inferwatch_processors::detect::config::metrics_only("lstm_ae", signal)?;
-        let cfg: LstmAeConfig = parse_config(cfg)?;
-        create(&ctx, &cfg, &Search::from_process(cfg.runtime_library.clone()))
+        let cfg = inferwatch_core::component::typed::<LstmAeConfig>(parsed)?;
+        create(&ctx, cfg, &Search::from_process(cfg.runtime_library.clone()))
     }
 }
 

@@ -108,21 +108,21 @@ pub struct PcaFactory;
 inferwatch_core::arrow_processor_factory!(PcaFactory, DETECTOR, &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for PcaFactory {
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
         let c = parse_config::<PcaConfig>(cfg)?;
         check_common(c.max_series, c.idle_timeout, c.max_batch, c.allowed_lateness)?;
-        crate::lstm_ae::check_step(c.step)
+        crate::lstm_ae::check_step(c.step)?;
+        Ok(std::sync::Arc::new(c))
     }
 
-    fn create_arrow(
+    fn build_arrow(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
         inferwatch_processors::detect::config::metrics_only("pca", signal)?;
-        let cfg: PcaConfig = parse_config(cfg)?;
-        Ok(Box::new(create(&ctx, &cfg)?))
+        Ok(Box::new(create(&ctx, inferwatch_core::component::typed::<PcaConfig>(parsed)?)?))
     }
 }
 

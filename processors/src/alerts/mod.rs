@@ -349,16 +349,16 @@ impl ConnectorFactory for AlertsFactory {
     fn signal_pairs(&self) -> &'static [(Signal, Signal)] {
         &[(Signal::Metrics, Signal::Logs)]
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        AlertsConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(Arc::new(AlertsConfig::from_value(cfg)?))
     }
     fn warnings(&self, cfg: &serde_json::Value) -> Vec<FieldError> {
         AlertsConfig::warnings_of(cfg)
     }
-    fn create(
+    fn build(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         from: Signal,
         to: Signal,
         next: ConsumerRef,
@@ -366,7 +366,7 @@ impl ConnectorFactory for AlertsFactory {
         if (from, to) != (Signal::Metrics, Signal::Logs) {
             return Err(ComponentError::Start(format!("alerts connects metrics to logs, not {from} to {to}")));
         }
-        let c = AlertsConfig::from_value(cfg)?;
+        let c = inferwatch_core::component::typed::<Checked>(parsed)?.clone();
         Ok(Arc::new(AlertsConnector::new(&ctx, c, next)))
     }
 }

@@ -147,17 +147,17 @@ impl ProcessorFactory for AttributesFactory {
     fn signals(&self) -> &'static [Signal] {
         &Signal::ALL
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<AttributesConfig>(cfg)?.check().map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(Arc::new(parse_config::<AttributesConfig>(cfg)?.check()?))
     }
-    fn create(
+    fn build(
         &self,
         _ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
         next: ConsumerRef,
     ) -> Result<NodeRef, ComponentError> {
-        let cfg = parse_config::<AttributesConfig>(cfg)?.check()?.for_signal(signal)?;
+        let cfg = inferwatch_core::component::typed::<Checked>(parsed)?.clone().for_signal(signal)?;
         Ok(Arc::new(AttributesProcessor { cfg, next }))
     }
 }

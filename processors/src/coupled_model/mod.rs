@@ -224,17 +224,17 @@ pub struct CoupledModelFactory;
 inferwatch_core::arrow_processor_factory!(CoupledModelFactory, DETECTOR, &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for CoupledModelFactory {
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<CoupledModelConfig>(cfg)?.check().map(|_| ())
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(parse_config::<CoupledModelConfig>(cfg)?.check()?))
     }
-    fn create_arrow(
+    fn build_arrow(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
         crate::detect::config::metrics_only(DETECTOR, signal)?;
-        Ok(Box::new(CoupledModel::new(&ctx, cfg)?))
+        Ok(Box::new(CoupledModel::from_checked(&ctx, inferwatch_core::component::typed::<Checked>(parsed)?.clone())))
     }
 }
 
@@ -266,15 +266,19 @@ pub struct CoupledModel {
 impl CoupledModel {
     /// A processor with the settings `cfg` (as `create_arrow` builds it).
     pub fn new(ctx: &CreateContext, cfg: &serde_json::Value) -> Result<Self, ComponentError> {
-        let cfg = parse_config::<CoupledModelConfig>(cfg)?.check()?;
-        Ok(CoupledModel {
+        Ok(Self::from_checked(ctx, parse_config::<CoupledModelConfig>(cfg)?.check()?))
+    }
+
+    /// A processor with settings already parsed and checked.
+    fn from_checked(ctx: &CreateContext, cfg: Checked) -> Self {
+        CoupledModel {
             state: State::new(cfg.params),
             cfg,
             name: ctx.id.to_string(),
             evicted_idle: ctx.telemetry.series_evicted(&ctx.id, "idle"),
             evicted_max: ctx.telemetry.series_evicted(&ctx.id, "max_series"),
             skipped: Skipped::default(),
-        })
+        }
     }
 
     /// What was skipped since the start.

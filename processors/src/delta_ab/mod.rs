@@ -314,17 +314,17 @@ pub struct DeltaAbFactory;
 inferwatch_core::arrow_processor_factory!(DeltaAbFactory, "delta_ab", &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for DeltaAbFactory {
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<DeltaAbConfig>(cfg)?.check().map(|_| ())
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(parse_config::<DeltaAbConfig>(cfg)?.check()?))
     }
-    fn create_arrow(
+    fn build_arrow(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
         crate::detect::config::metrics_only(DETECTOR, signal)?;
-        let checked = parse_config::<DeltaAbConfig>(cfg)?.check()?;
+        let checked = inferwatch_core::component::typed::<Checked>(parsed)?.clone();
         Ok(Box::new(DeltaAb::new(checked, &ctx)))
     }
 }

@@ -4,19 +4,19 @@
 //!
 //! A detector config holds the limits in a `#[serde(skip)] limits: SeriesLimits` field, derives
 //! its own keys with `#[serde(remote = "Self")]` (an inherent `deserialize`) and gets its
-//! `Deserialize` from [`with_series_limits!`], which reads the map through [`Split`]: the limit
-//! keys the detector accepts go to its limits as they are read (starting from the detector's
-//! defaults, its `Default`'s `limits`), its own keys to the derived code, and any other key is
-//! refused with serde's message (`unknown field `x`, expected one of ...`, both sets of keys
-//! listed). Errors are raised while the key or value is read, so their path is the key's path.
+//! `Deserialize` from [`with_series_limits!`], which reads the map through core's
+//! [`Split`](inferwatch_core::config::split::Split): the limit keys the detector accepts go to
+//! its limits as they are read (starting from the detector's defaults, its `Default`'s
+//! `limits`), its own keys to the derived code, and any other key is refused with serde's
+//! message (`unknown field `x`, expected one of ...`, both sets of keys listed). Errors are raised while the key or value is read, so their path is the key's path.
 //! (serde's `flatten` loses the path of an error in a flattened field and cannot take the
 //! defaults of the detector.)
 
 use inferwatch_core::component::FieldError;
+use inferwatch_core::config::split::SplitKeys;
 use inferwatch_core::settings::GoDuration;
-use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, Visitor};
-use serde::{Deserialize, forward_to_deserialize_any};
-use std::fmt;
+use serde::Deserialize;
+use serde::de::MapAccess;
 
 /// Every key a [`SeriesLimits`] reads.
 pub const ALL: &[&str] = &["max_series", "idle_timeout", "allowed_lateness"];
@@ -69,12 +69,12 @@ impl<D: LimitDuration> SeriesLimits<D> {
             lateness_ns: self.allowed_lateness.nanos("allowed_lateness")?,
         })
     }
+}
 
-    /// Reads the value of limit key `key` from `map`.
-    fn read<'de, A: MapAccess<'de>>(&mut self, key: &'static str, map: &mut A) -> Result<(), A::Error>
-    where
-        D: Deserialize<'de>,
-    {
+impl<'de, D: LimitDuration + Deserialize<'de>> SplitKeys<'de> for SeriesLimits<D> {
+    const KEYS: &'static [&'static str] = ALL;
+
+    fn read<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         match key {
             "max_series" => self.max_series = map.next_value()?,
             "idle_timeout" => self.idle_timeout = map.next_value()?,
@@ -84,155 +84,13 @@ impl<D: LimitDuration> SeriesLimits<D> {
     }
 }
 
-/// serde's `unknown field` message, listing the struct's own keys and the limit keys.
-fn unknown_field(field: &str, own: &[&str], limits: &[&str]) -> String {
-    let all: Vec<String> = own.iter().chain(limits).map(|k| format!("`{k}`")).collect();
-    match all.as_slice() {
-        [] => format!("unknown field `{field}`, there are no fields"),
-        [a] => format!("unknown field `{field}`, expected {a}"),
-        [a, b] => format!("unknown field `{field}`, expected {a} or {b}"),
-        _ => format!("unknown field `{field}`, expected one of {}", all.join(", ")),
-    }
-}
-
-/// A deserializer that reads a detector config's map, giving the limit keys in `keys` to
-/// `limits` and the struct's own keys to the struct; any other key is an error at that key.
-pub struct Split<'l, D, T> {
-    inner: D,
-    limits: &'l mut SeriesLimits<T>,
-    keys: &'static [&'static str],
-}
-
-impl<'l, D, T> Split<'l, D, T> {
-    /// Reads through `inner`, the limit keys `keys` (of [`ALL`]) into `limits`.
-    pub fn new(inner: D, limits: &'l mut SeriesLimits<T>, keys: &'static [&'static str]) -> Self {
-        Split { inner, limits, keys }
-    }
-}
-
-impl<'de, D: Deserializer<'de>, T: LimitDuration + Deserialize<'de>> Deserializer<'de> for Split<'_, D, T> {
-    type Error = D::Error;
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        let v = SplitVisitor { visitor, limits: self.limits, fields, keys: self.keys };
-        self.inner.deserialize_struct(name, fields, v)
-    }
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_map(SplitVisitor { visitor, limits: self.limits, fields: &[], keys: self.keys })
-    }
-
-    forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
-        unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
-    }
-}
-
-struct SplitVisitor<'l, V, T> {
-    visitor: V,
-    limits: &'l mut SeriesLimits<T>,
-    fields: &'static [&'static str],
-    keys: &'static [&'static str],
-}
-
-impl<'de, V: Visitor<'de>, T: LimitDuration + Deserialize<'de>> Visitor<'de> for SplitVisitor<'_, V, T> {
-    type Value = V::Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.visitor.expecting(f)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
-        self.visitor.visit_map(SplitMap { map, limits: self.limits, fields: self.fields, keys: self.keys })
-    }
-}
-
-struct SplitMap<'l, A, T> {
-    map: A,
-    limits: &'l mut SeriesLimits<T>,
-    fields: &'static [&'static str],
-    keys: &'static [&'static str],
-}
-
-/// A key of the split map.
-enum Key {
-    /// One of the struct's own keys.
-    Own(String),
-    /// One of the limit keys.
-    Limit(&'static str),
-}
-
-/// Reads a key, refusing one that is neither the struct's nor a limit key (inside the key's
-/// deserialization, so that the error's path ends with the key).
-struct KeySeed {
-    fields: &'static [&'static str],
-    keys: &'static [&'static str],
-}
-
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Key;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
-        d.deserialize_identifier(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeySeed {
-    type Value = Key;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a field name")
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
-        if self.fields.contains(&v) {
-            Ok(Key::Own(v.to_string()))
-        } else if let Some(k) = self.keys.iter().find(|k| **k == v) {
-            Ok(Key::Limit(k))
-        } else {
-            Err(E::custom(unknown_field(v, self.fields, self.keys)))
-        }
-    }
-}
-
-impl<'de, A: MapAccess<'de>, T: LimitDuration + Deserialize<'de>> MapAccess<'de> for SplitMap<'_, A, T> {
-    type Error = A::Error;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
-        loop {
-            match self.map.next_key_seed(KeySeed { fields: self.fields, keys: self.keys })? {
-                None => return Ok(None),
-                Some(Key::Own(k)) => return seed.deserialize(k.into_deserializer()).map(Some),
-                Some(Key::Limit(k)) => self.limits.read(k, &mut self.map)?,
-            }
-        }
-    }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-        self.map.next_value_seed(seed)
-    }
-}
-
 /// `Deserialize` for a detector config whose own keys are derived with
 /// `#[serde(remote = "Self")]` and whose `limits: SeriesLimits<_>` field is `#[serde(skip)]`;
 /// `$keys` are the limit keys it accepts ([`ALL`] or [`NO_LATENESS`]), their defaults those of
 /// its `Default`.
 macro_rules! with_series_limits {
     ($t:ty, $keys:expr) => {
-        impl<'de> serde::Deserialize<'de> for $t {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let mut limits = <$t as Default>::default().limits;
-                // The inherent (derived) `deserialize`, over the split map.
-                let mut v = <$t>::deserialize($crate::detect::limits::Split::new(d, &mut limits, $keys))?;
-                v.limits = limits;
-                Ok(v)
-            }
-        }
+        inferwatch_core::split_deserialize!($t, limits, <$t as Default>::default().limits, $keys);
     };
 }
 pub(crate) use with_series_limits;

@@ -7,6 +7,7 @@ pub mod group;
 pub mod level;
 pub mod limits;
 pub mod output;
+pub mod point;
 pub mod rows;
 pub mod series;
 pub mod sketch;

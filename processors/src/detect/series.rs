@@ -23,8 +23,10 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+use std::ops::RangeBounds;
 
 /// Format of the envelope [`SeriesMap::snapshot`] writes (bumped when the envelope changes).
 pub const FORMAT: u32 = 1;
@@ -157,6 +159,41 @@ impl<K: Ord, V> Store<K, V> for BTreeMap<K, V> {
     }
 }
 
+/// Look-ups of a [`Store`] by a borrowed form `Q` of its key (as `HashMap::get` / `BTreeMap::get`
+/// take): a caller holding `&[String]` of a `Vec<String>` key need not allocate one.
+pub trait Lookup<Q: ?Sized, V> {
+    /// The value of `k`.
+    fn find(&self, k: &Q) -> Option<&V>;
+    /// The value of `k`, mutable.
+    fn find_mut(&mut self, k: &Q) -> Option<&mut V>;
+    /// Removes `k`, returning its value.
+    fn take(&mut self, k: &Q) -> Option<V>;
+}
+
+impl<K: Hash + Eq + Borrow<Q>, Q: Hash + Eq + ?Sized, V> Lookup<Q, V> for HashMap<K, V> {
+    fn find(&self, k: &Q) -> Option<&V> {
+        HashMap::get(self, k)
+    }
+    fn find_mut(&mut self, k: &Q) -> Option<&mut V> {
+        HashMap::get_mut(self, k)
+    }
+    fn take(&mut self, k: &Q) -> Option<V> {
+        HashMap::remove(self, k)
+    }
+}
+
+impl<K: Ord + Borrow<Q>, Q: Ord + ?Sized, V> Lookup<Q, V> for BTreeMap<K, V> {
+    fn find(&self, k: &Q) -> Option<&V> {
+        BTreeMap::get(self, k)
+    }
+    fn find_mut(&mut self, k: &Q) -> Option<&mut V> {
+        BTreeMap::get_mut(self, k)
+    }
+    fn take(&mut self, k: &Q) -> Option<V> {
+        BTreeMap::remove(self, k)
+    }
+}
+
 /// One series' state and the map's bookkeeping of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Slot<S> {
@@ -196,6 +233,8 @@ pub struct Touched<'a, S> {
     pub evicted: usize,
     /// True when the series was created by this touch.
     pub created: bool,
+    /// The series' largest event time before this touch (`None` when created by it).
+    pub previous_time: Option<u64>,
 }
 
 /// The per-series states of one detector, keyed by `K` (see the module docs for the rules).
@@ -257,30 +296,45 @@ impl<K: Ord + Clone, S, M: Store<K, Slot<S>>> SeriesMap<K, S, M> {
     }
 
     /// Counts the series `key` as seen at sequence `seq` if that is later than its latest touch.
-    pub fn mark_seen(&mut self, key: &K, seq: u64) {
-        if let Some(s) = self.store.get_mut(key) {
+    pub fn mark_seen<Q: ?Sized>(&mut self, key: &Q, seq: u64)
+    where
+        M: Lookup<Q, Slot<S>>,
+    {
+        if let Some(s) = self.store.find_mut(key) {
             s.last_seen = s.last_seen.max(seq);
         }
     }
 
     /// The state of `key` (not a touch).
-    pub fn get(&self, key: &K) -> Option<&S> {
-        self.store.get(key).map(|s| &s.state)
+    pub fn get<Q: ?Sized>(&self, key: &Q) -> Option<&S>
+    where
+        M: Lookup<Q, Slot<S>>,
+    {
+        self.store.find(key).map(|s| &s.state)
     }
 
     /// The state of `key`, mutable (not a touch).
-    pub fn get_mut(&mut self, key: &K) -> Option<&mut S> {
-        self.store.get_mut(key).map(|s| &mut s.state)
+    pub fn get_mut<Q: ?Sized>(&mut self, key: &Q) -> Option<&mut S>
+    where
+        M: Lookup<Q, Slot<S>>,
+    {
+        self.store.find_mut(key).map(|s| &mut s.state)
     }
 
     /// The slot of `key`: its state and bookkeeping.
-    pub fn slot(&self, key: &K) -> Option<&Slot<S>> {
-        self.store.get(key)
+    pub fn slot<Q: ?Sized>(&self, key: &Q) -> Option<&Slot<S>>
+    where
+        M: Lookup<Q, Slot<S>>,
+    {
+        self.store.find(key)
     }
 
     /// True when `key` is held.
-    pub fn contains_key(&self, key: &K) -> bool {
-        self.store.get(key).is_some()
+    pub fn contains_key<Q: ?Sized>(&self, key: &Q) -> bool
+    where
+        M: Lookup<Q, Slot<S>>,
+    {
+        self.store.find(key).is_some()
     }
 
     /// Every series (in key order for an [`OrderedSeriesMap`], else unordered).
@@ -294,50 +348,104 @@ impl<K: Ord + Clone, S, M: Store<K, Slot<S>>> SeriesMap<K, S, M> {
     }
 
     /// Removes `key` (not counted as an eviction); returns its state.
-    pub fn remove(&mut self, key: &K) -> Option<S> {
-        self.store.remove(key).map(|s| s.state)
+    pub fn remove<Q: ?Sized>(&mut self, key: &Q) -> Option<S>
+    where
+        M: Lookup<Q, Slot<S>>,
+    {
+        self.store.take(key).map(|s| s.state)
     }
 
     /// Touches the series `key` with a point at event time `time`; a series not held is made by
     /// `make` (`Ok(None)`: not selected, nothing is created, evicted or counted), after evicting
-    /// the least recently seen ones when `max_series` are held, each passed to `on_remove`.
-    pub fn try_touch<E>(
+    /// the least recently seen ones when `max_series` are held, each passed to `on_remove`. The
+    /// key may be any borrowed form of `K` (owned only when the series is created).
+    pub fn try_touch<Q, E>(
         &mut self,
-        key: &K,
+        key: &Q,
         time: u64,
         make: impl FnOnce() -> Result<Option<S>, E>,
         on_remove: impl FnMut(&K, &S),
-    ) -> Result<Option<Touched<'_, S>>, E> {
+    ) -> Result<Option<Touched<'_, S>>, E>
+    where
+        M: Lookup<Q, Slot<S>>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        let seq = self.seq + 1;
+        self.upsert(key, time, seq, make, on_remove)
+    }
+
+    /// [`SeriesMap::try_touch`] for a detector that creates every series it is given.
+    pub fn touch<Q>(
+        &mut self,
+        key: &Q,
+        time: u64,
+        make: impl FnOnce() -> S,
+        on_remove: impl FnMut(&K, &S),
+    ) -> Option<Touched<'_, S>>
+    where
+        M: Lookup<Q, Slot<S>>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        match self.try_touch::<Q, std::convert::Infallible>(key, time, || Ok(Some(make())), on_remove) {
+            Ok(t) => t,
+            Err(e) => match e {},
+        }
+    }
+
+    /// Counts a point of `key` at event time `time` that arrived at an earlier sequence `seq`
+    /// (from [`SeriesMap::bump_seq`]), without a new touch: the sequence does not advance, the
+    /// series' last event time becomes at least `time` and its last seen at least `seq`. A series
+    /// not held is made by `make` (evicting at `max_series` as a touch does) with last event time
+    /// `time` and last seen `seq`. For points a detector held back (pooled) before their series
+    /// existed: they keep their own arrival order.
+    pub fn touch_at<Q>(
+        &mut self,
+        key: &Q,
+        time: u64,
+        seq: u64,
+        make: impl FnOnce() -> S,
+        on_remove: impl FnMut(&K, &S),
+    ) -> Option<Touched<'_, S>>
+    where
+        M: Lookup<Q, Slot<S>>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        match self.upsert::<Q, std::convert::Infallible>(key, time, seq, || Ok(Some(make())), on_remove) {
+            Ok(t) => t,
+            Err(e) => match e {},
+        }
+    }
+
+    /// The series `key` (made by `make` when not held) with last event time raised to `time`
+    /// and last seen to `seq`; the map's sequence becomes at least `seq`.
+    fn upsert<Q, E>(
+        &mut self,
+        key: &Q,
+        time: u64,
+        seq: u64,
+        make: impl FnOnce() -> Result<Option<S>, E>,
+        on_remove: impl FnMut(&K, &S),
+    ) -> Result<Option<Touched<'_, S>>, E>
+    where
+        M: Lookup<Q, Slot<S>>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
         let mut evicted = 0;
-        let created = self.store.get(key).is_none();
+        let previous_time = self.store.find(key).map(|s| s.last_time);
+        let created = previous_time.is_none();
         if created {
             let Some(state) = make()? else { return Ok(None) };
             if self.store.len() >= self.max_series {
                 evicted = self.evict_least_recent(on_remove);
             }
             self.next_idle_check = self.next_idle_check.min(time.saturating_add(self.idle_ns));
-            self.store.insert(key.clone(), Slot { state, last_time: time, last_seen: 0 });
+            self.store.insert(key.to_owned(), Slot { state, last_time: time, last_seen: 0 });
         }
-        self.seq += 1;
-        let seq = self.seq;
-        let Some(s) = self.store.get_mut(key) else { return Ok(None) };
-        s.last_seen = seq;
+        self.seq = self.seq.max(seq);
+        let Some(s) = self.store.find_mut(key) else { return Ok(None) };
+        s.last_seen = s.last_seen.max(seq);
         s.last_time = s.last_time.max(time);
-        Ok(Some(Touched { state: &mut s.state, evicted, created }))
-    }
-
-    /// [`SeriesMap::try_touch`] for a detector that creates every series it is given.
-    pub fn touch(
-        &mut self,
-        key: &K,
-        time: u64,
-        make: impl FnOnce() -> S,
-        on_remove: impl FnMut(&K, &S),
-    ) -> Option<Touched<'_, S>> {
-        match self.try_touch::<std::convert::Infallible>(key, time, || Ok(Some(make())), on_remove) {
-            Ok(t) => t,
-            Err(e) => match e {},
-        }
+        Ok(Some(Touched { state: &mut s.state, evicted, created, previous_time }))
     }
 
     /// Evicts the least recently seen 10 % of `max_series` (at least one, and any excess);
@@ -454,6 +562,10 @@ impl<K: Ord + Clone, S, M: Store<K, Slot<S>>> SeriesMap<K, S, M> {
         let env: Envelope<H, K, R> = postcard::from_bytes(bytes)?;
         let mut store = M::with_capacity(env.series.len());
         for s in env.series {
+            // A slot seen after the map's own sequence would invert the least-recently-seen order.
+            if s.last_seen > env.seq {
+                return Err(RestoreError::Invalid("a series was seen after the map's sequence"));
+            }
             let value = Slot { state: state(&s.key, s.state)?, last_time: s.last_time, last_seen: s.last_seen };
             if store.insert(s.key, value).is_some() {
                 return Err(RestoreError::Invalid("duplicate series"));
@@ -469,6 +581,18 @@ impl<K: Ord + Clone, S, M: Store<K, Slot<S>>> SeriesMap<K, S, M> {
             _marker: std::marker::PhantomData,
         };
         Ok((env.header, map))
+    }
+}
+
+impl<K: Ord + Clone, S> OrderedSeriesMap<K, S> {
+    /// The series with keys in `range`, in key order (not a touch).
+    pub fn range<Q, R>(&self, range: R) -> impl Iterator<Item = (&K, &Slot<S>)>
+    where
+        K: Borrow<Q>,
+        Q: Ord + ?Sized,
+        R: RangeBounds<Q>,
+    {
+        self.store.range(range)
     }
 }
 
@@ -795,10 +919,98 @@ mod tests {
         })
         .unwrap();
         assert!(matches!(restore(&dup, 2), Err(RestoreError::Invalid("duplicate series"))));
+        // A slot seen after the map's sequence.
+        let ahead = postcard::to_allocvec(&Envelope {
+            format: FORMAT,
+            version: 2,
+            header: (),
+            seq: 2,
+            series: vec![SlotRepr { key: 1u64, last_time: 0, last_seen: 3, state: 0u32 }],
+        })
+        .unwrap();
+        assert!(matches!(restore(&ahead, 2), Err(RestoreError::Invalid("a series was seen after the map's sequence"))));
         // A state refused by the detector refuses the snapshot.
         let e = m.restore::<(), u32>(2, &bytes, |_, _| Err(RestoreError::part("window", "too long"))).unwrap_err();
         assert_eq!(e.to_string(), "window: too long");
         assert_eq!(keys(&m), vec![1, 2], "the map restored from is unchanged");
+    }
+
+    #[test]
+    fn touch_at_keeps_the_sequence_and_counts_a_pooled_point_at_its_own() {
+        let mut m = Map::new(3, 100);
+        fill(&mut m, 1..=3, 10);
+        // A point pooled at sequence 4, then 1 touched at 5.
+        let pooled = m.bump_seq();
+        m.touch(&1, 10, || 0, |_, _| {});
+        assert_eq!(m.seq(), 5);
+        let t = m.touch_at(&2, 50, pooled, || 9, |_, _| panic!("held")).unwrap();
+        assert_eq!((*t.state, t.evicted, t.created, t.previous_time), (0, 0, false, Some(10)));
+        assert_eq!(m.seq(), 5, "no new touch");
+        assert_eq!(m.slot(&2).map(|s| (s.last_time(), s.last_seen())), Some((50, 4)));
+        // An earlier time or sequence lowers neither.
+        m.touch_at(&2, 5, 1, || 0, |_, _| {});
+        assert_eq!(m.slot(&2).map(|s| (s.last_time(), s.last_seen())), Some((50, 4)));
+        // Created at an earlier sequence (full: evicts 3, seen at 3, the least recent).
+        let mut removed = Vec::new();
+        let t = m.touch_at(&7, 20, 2, || 7, |k, _| removed.push(*k)).unwrap();
+        assert_eq!((*t.state, t.evicted, t.created, t.previous_time), (7, 1, true, None));
+        assert_eq!((removed, m.seq()), (vec![3], 5));
+        assert_eq!(m.slot(&7).map(|s| (s.last_time(), s.last_seen())), Some((20, 2)));
+        // 7, seen at 2, is now the least recent: the next new series evicts it, not 2 (4).
+        assert_eq!(m.touch(&8, 0, || 0, |_, _| {}).unwrap().evicted, 1);
+        assert_eq!(keys(&m), vec![1, 2, 8]);
+        assert_eq!(m.seq(), 6);
+    }
+
+    #[test]
+    fn touch_at_creation_lowers_the_next_idle_check() {
+        let mut m = Map::new(10, 100);
+        fill(&mut m, [1], 1000);
+        assert_eq!(m.expire_idle(0, |_| None, |_, _| {}), 0);
+        // Created by a pooled point of time 10: idle at 110, before series 1 (1100).
+        let seq = m.bump_seq();
+        m.touch_at(&2, 10, seq, || 0, |_, _| {});
+        assert_eq!(m.expire_idle(109, |_| None, |_, _| {}), 0);
+        assert_eq!(m.expire_idle(110, |_| None, |_, _| {}), 1);
+        assert_eq!(keys(&m), vec![1]);
+        // A raised time raises the deadline.
+        m.touch_at(&1, 2000, seq, || 0, |_, _| {});
+        assert_eq!(m.expire_idle(1100, |_| None, |_, _| {}), 0);
+        assert_eq!(m.expire_idle(2100, |_| None, |_, _| {}), 1);
+    }
+
+    #[test]
+    fn touched_carries_the_previous_time() {
+        let mut m = Map::new(10, 100);
+        assert_eq!(m.touch(&1, 50, || 0, |_, _| {}).unwrap().previous_time, None);
+        assert_eq!(m.touch(&1, 30, || 0, |_, _| {}).unwrap().previous_time, Some(50));
+        assert_eq!(m.touch(&1, 80, || 0, |_, _| {}).unwrap().previous_time, Some(50), "30 was earlier");
+        assert_eq!(m.touch(&1, 90, || 0, |_, _| {}).unwrap().previous_time, Some(80));
+    }
+
+    #[test]
+    fn ordered_maps_answer_ranges_and_look_ups_take_borrowed_keys() {
+        let mut m: OrderedSeriesMap<Vec<String>, u32> = OrderedSeriesMap::new(10, 100);
+        let key = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        for (i, k) in [["b", "1"], ["a", "2"], ["b", "0"], ["c", "0"]].iter().enumerate() {
+            // A borrowed key: owned only when the series is created.
+            m.touch(key(k).as_slice(), 0, || i as u32, |_, _| {});
+        }
+        let b: Vec<&Vec<String>> = m.range(key(&["b"])..key(&["c"])).map(|(k, _)| k).collect();
+        assert_eq!(b, vec![&key(&["b", "0"]), &key(&["b", "1"])]);
+        assert_eq!(m.range(key(&["c"])..).count(), 1);
+        let k = key(&["a", "2"]);
+        assert_eq!(m.get(k.as_slice()), Some(&1));
+        assert!(m.contains_key(k.as_slice()) && m.slot(k.as_slice()).is_some());
+        *m.get_mut(k.as_slice()).unwrap() = 5;
+        m.mark_seen(k.as_slice(), 99);
+        assert_eq!(m.slot(k.as_slice()).map(Slot::last_seen), Some(99));
+        assert_eq!(m.remove(k.as_slice()), Some(5));
+        assert!(!m.contains_key(k.as_slice()));
+        // A hash map too.
+        let mut h: SeriesMap<String, u32> = SeriesMap::new(10, 100);
+        h.touch("x", 0, || 3, |_, _| {});
+        assert_eq!((h.get("x"), h.contains_key("y")), (Some(&3), false));
     }
 
     #[test]

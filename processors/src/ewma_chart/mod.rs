@@ -9,25 +9,19 @@
 //! `llm.anomaly.score` with its level at the point's timestamp. With the defaults (λ = 0.2, the
 //! level's warning 0.6 at score 3) the chart signals at the classic L = 3 limit.
 
-use crate::detect::adapter::Adapter;
-use crate::detect::config::metrics_only;
+use crate::detect::kv_f64;
 use crate::detect::level::LevelConfig;
 use crate::detect::limits::{self, Limits, SeriesLimits, with_series_limits};
-use crate::detect::rows::{self, Rows};
-use crate::detect::series::{MetaRepr, RestoreError, SeriesMap, SeriesMeta};
-use crate::detect::{Output, kv_f64, kv_i64};
-use arrow_array::{RecordBatch, UInt64Array};
-use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory, ConvError, Needs, schema};
-use inferwatch_core::component::{ComponentError, CreateContext, FieldError, parse_config};
+use crate::detect::point::{self, PointConfig, PointDetector, Scored};
+use crate::detect::series::RestoreError;
+use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory};
+use inferwatch_core::component::{ComponentError, CreateContext, FieldError, Parsed};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::settings::GoDuration;
-use inferwatch_core::state::StateError;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::time::Duration;
 
-/// Version of the checkpoint format written by [`EwmaChart`].
-pub const STATE_VERSION: u32 = 1;
 /// The `detector` attribute of the output.
 pub const DETECTOR: &str = "ewma_chart";
 
@@ -73,17 +67,10 @@ impl Default for EwmaChartConfig {
 
 with_series_limits!(EwmaChartConfig, limits::NO_LATENESS);
 
-/// The configuration checked, in the units the processor uses.
-#[derive(Debug, Clone)]
-struct Checked {
-    metrics: HashSet<String>,
-    chart: Chart,
-    level: LevelConfig,
-    limits: Limits,
-}
+impl PointConfig for EwmaChartConfig {
+    type Detector = Checked;
 
-impl EwmaChartConfig {
-    fn check(&self) -> Result<Checked, FieldError> {
+    fn check(&self) -> Result<(Checked, Limits), FieldError> {
         if self.metrics.is_empty() || self.metrics.iter().any(String::is_empty) {
             return Err(FieldError::at("metrics", "must name at least one metric, none empty"));
         }
@@ -106,17 +93,60 @@ impl EwmaChartConfig {
         if limits.idle_ns == 0 {
             return Err(FieldError::at("idle_timeout", "must be greater than 0"));
         }
-        Ok(Checked {
-            metrics: self.metrics.iter().cloned().collect(),
-            chart: Chart {
-                lambda: self.lambda,
-                warmup: self.warmup,
-                min_std: self.min_std,
-                min_relative_std: self.min_relative_std,
-            },
-            level: self.level,
-            limits,
-        })
+        let chart = Chart {
+            lambda: self.lambda,
+            warmup: self.warmup,
+            min_std: self.min_std,
+            min_relative_std: self.min_relative_std,
+        };
+        Ok((Checked { metrics: self.metrics.iter().cloned().collect(), chart, level: self.level }, limits))
+    }
+}
+
+/// The checked configuration: the detector the processor runs.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    metrics: HashSet<String>,
+    chart: Chart,
+    level: LevelConfig,
+}
+
+impl PointDetector for Checked {
+    const NAME: &'static str = DETECTOR;
+    const STATE_VERSION: u32 = 1;
+    type Series = Ewma;
+    type Repr = Ewma;
+
+    fn metrics(&self) -> &HashSet<String> {
+        &self.metrics
+    }
+
+    fn new_series(&self) -> Ewma {
+        Ewma::default()
+    }
+
+    fn score(&self, e: &mut Ewma, _time_ns: u64, x: f64) -> Option<Scored> {
+        let sc = e.push(&self.chart, x)?;
+        let evidence = vec![
+            kv_f64("value", x),
+            kv_f64("ewma.z", sc.z),
+            kv_f64("ewma.baseline", sc.baseline),
+            kv_f64("ewma.std", sc.std),
+            kv_f64("ewma.lambda", self.chart.lambda),
+            crate::detect::kv_i64("warmup", self.chart.warmup as i64),
+        ];
+        Some(Scored { score: sc.score, level: self.level.level(sc.score), evidence })
+    }
+
+    fn series_repr(&self, e: &Ewma) -> Ewma {
+        *e
+    }
+
+    fn restore_series(&self, e: Ewma) -> Result<Ewma, RestoreError> {
+        if e.n > 0 && !(e.mean.is_finite() && e.m2 >= 0.0 && e.z.is_finite()) {
+            return Err(RestoreError::Invalid("chart moments not finite"));
+        }
+        Ok(e)
     }
 }
 
@@ -190,143 +220,22 @@ impl Ewma {
     }
 }
 
-/// One series held: what its scores carry and its chart.
-#[derive(Debug, Clone, PartialEq)]
-struct Series {
-    meta: SeriesMeta,
-    chart: Ewma,
-}
-
-#[derive(Serialize, Deserialize)]
-struct SeriesRepr {
-    meta: MetaRepr,
-    chart: Ewma,
-}
-
 /// Factory of `ewma_chart`.
 pub struct EwmaChartFactory;
 
 inferwatch_core::arrow_processor_factory!(EwmaChartFactory, DETECTOR, &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for EwmaChartFactory {
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<EwmaChartConfig>(cfg)?.check().map(|_| ())
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<Parsed, FieldError> {
+        point::parse::<EwmaChartConfig>(cfg)
     }
-    fn create_arrow(
+    fn build_arrow(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &Parsed,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        metrics_only(DETECTOR, signal)?;
-        let cfg = parse_config::<EwmaChartConfig>(cfg)?.check()?;
-        let series = SeriesMap::new(cfg.limits.max_series, cfg.limits.idle_ns);
-        Ok(Box::new(EwmaChart { series, cfg, kit: Adapter::new(&ctx, DETECTOR) }))
-    }
-}
-
-/// The running processor.
-pub struct EwmaChart {
-    cfg: Checked,
-    series: SeriesMap<u64, Series>,
-    kit: Adapter,
-}
-
-impl ArrowProcessor for EwmaChart {
-    fn needs(&self) -> Needs {
-        let mut columns = rows::COLUMNS.to_vec();
-        columns.push(schema::SERIES_ID);
-        Needs { signal: Signal::Metrics, columns }
-    }
-
-    fn allowed_lateness_ns(&self) -> u64 {
-        0
-    }
-
-    fn process(&mut self, batch: &RecordBatch, out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
-        let ids = rows::column::<UInt64Array>(batch, schema::SERIES_ID)?;
-        let mut rows = Rows::new(batch)?;
-        let mut output = Output::new();
-        for row in 0..rows.len() {
-            let Some(p) = rows.number(row) else { continue };
-            if !self.cfg.metrics.contains(p.name) {
-                continue;
-            }
-            let make = || -> Result<_, ConvError> {
-                let meta = SeriesMeta {
-                    metric: p.name.to_string(),
-                    resource: rows.resource(row)?.clone(),
-                    scope: rows.scope(row)?.clone(),
-                    attributes: rows.attributes(row)?,
-                    ..SeriesMeta::default()
-                };
-                Ok(Some(Series { meta, chart: Ewma::default() }))
-            };
-            let Some(t) = self.series.try_touch(&ids.value(row), p.time, make, |_, _| {})? else { continue };
-            self.kit.evicted_max(t.evicted);
-            let s = t.state;
-            let Some(sc) = s.chart.push(&self.cfg.chart, p.value) else { continue };
-            let m = &s.meta;
-            output.score(
-                &m.resource,
-                &m.scope,
-                &m.attributes,
-                p.time,
-                DETECTOR,
-                &m.metric,
-                sc.score,
-                self.cfg.level.level(sc.score),
-                &[
-                    kv_f64("value", p.value),
-                    kv_f64("ewma.z", sc.z),
-                    kv_f64("ewma.baseline", sc.baseline),
-                    kv_f64("ewma.std", sc.std),
-                    kv_f64("ewma.lambda", self.cfg.chart.lambda),
-                    kv_i64("warmup", self.cfg.chart.warmup as i64),
-                ],
-            );
-        }
-        output.emit(out)
-    }
-
-    fn advance(&mut self, watermark_ns: u64, _out: &mut Vec<RecordBatch>) -> Result<(), ConvError> {
-        // The end of input (u64::MAX) closes nothing: the series are kept, not counted as idle.
-        if watermark_ns != u64::MAX {
-            self.kit.evicted_idle(self.series.expire_idle(watermark_ns, |_| None, |_, _| {}));
-        }
-        Ok(())
-    }
-
-    fn state_version(&self) -> u32 {
-        STATE_VERSION
-    }
-
-    fn snapshot(&self) -> Result<Vec<u8>, StateError> {
-        let repr = |_: &u64, s: &Series| SeriesRepr { meta: MetaRepr::from(&s.meta), chart: s.chart };
-        self.kit.snapshot(self.series.snapshot(STATE_VERSION, &(), repr))
-    }
-
-    fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        let state = |_: &u64, r: SeriesRepr| -> Result<Series, RestoreError> {
-            if r.chart.n > 0 && !(r.chart.mean.is_finite() && r.chart.m2 >= 0.0 && r.chart.z.is_finite()) {
-                return Err(RestoreError::Invalid("chart moments not finite"));
-            }
-            Ok(Series { meta: r.meta.try_into()?, chart: r.chart })
-        };
-        let map = &self.series;
-        let restored = self.kit.restore(None, bytes, |slot, bytes| {
-            let ((), series) = map.restore(STATE_VERSION, bytes, state)?;
-            *slot = Some(series);
-            Ok(())
-        })?;
-        if let Some(series) = restored {
-            self.series = series;
-        }
-        Ok(())
-    }
-
-    fn series_count(&self) -> usize {
-        self.series.len()
+        point::build::<EwmaChartConfig>(&ctx, parsed, signal)
     }
 }
 
@@ -423,7 +332,7 @@ mod tests {
 
     #[test]
     fn config_is_checked_with_the_field_named() {
-        let bad = |v: serde_json::Value| parse_config::<EwmaChartConfig>(&v).and_then(|c| c.check().map(|_| ()));
+        let bad = |v: serde_json::Value| point::parse::<EwmaChartConfig>(&v).map(|_| ());
         assert_eq!(bad(serde_json::json!({"metrics": []})).unwrap_err().dotted(), "metrics");
         assert_eq!(bad(serde_json::json!({"metrics": ["m"], "lambda": 0.0})).unwrap_err().dotted(), "lambda");
         assert_eq!(bad(serde_json::json!({"metrics": ["m"], "warmup": 1})).unwrap_err().dotted(), "warmup");

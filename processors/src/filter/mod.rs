@@ -50,8 +50,8 @@ impl ProcessorFactory for FilterFactory {
     fn signals(&self) -> &'static [Signal] {
         &Signal::ALL
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        compile_settings(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(Arc::new(Arc::new(compile_settings(cfg)?)))
     }
     fn warnings(&self, cfg: &serde_json::Value) -> Vec<FieldError> {
         match compile_settings(cfg) {
@@ -61,14 +61,14 @@ impl ProcessorFactory for FilterFactory {
             _ => Vec::new(),
         }
     }
-    fn create(
+    fn build(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
         next: ConsumerRef,
     ) -> Result<NodeRef, ComponentError> {
-        let rules = compile_settings(cfg)?;
+        let rules = inferwatch_core::component::typed::<Arc<Compiled>>(parsed)?.clone();
         Ok(Arc::new(Filter::new(&ctx, rules, signal, next)))
     }
 }
@@ -100,7 +100,7 @@ pub struct Outcome {
 /// The running processor.
 pub struct Filter {
     id: String,
-    rules: Compiled,
+    rules: Arc<Compiled>,
     next: ConsumerRef,
     filtered: Counter,
     errors: AtomicU64,
@@ -110,10 +110,10 @@ pub struct Filter {
 
 impl Filter {
     /// Builds the processor from compiled rules.
-    pub fn new(ctx: &CreateContext, rules: Compiled, signal: Signal, next: ConsumerRef) -> Self {
+    pub fn new(ctx: &CreateContext, rules: impl Into<Arc<Compiled>>, signal: Signal, next: ConsumerRef) -> Self {
         Filter {
             id: ctx.id.to_string(),
-            rules,
+            rules: rules.into(),
             next,
             filtered: filtered_counter(&ctx.telemetry, &ctx.id, signal),
             errors: AtomicU64::new(0),

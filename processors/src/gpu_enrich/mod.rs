@@ -39,18 +39,19 @@ impl ProcessorFactory for GpuEnrichFactory {
     fn signals(&self) -> &'static [Signal] {
         &[Signal::Traces, Signal::Metrics]
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<GpuEnrichConfig>(cfg)?.check().map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(Arc::new(parse_config::<GpuEnrichConfig>(cfg)?.check()?))
     }
-    fn create(
+    fn build(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
         next: ConsumerRef,
     ) -> Result<NodeRef, ComponentError> {
         let cvd = std::env::var(CUDA_VISIBLE_DEVICES).ok();
-        Ok(GpuEnrich::build(&ctx, cfg, signal, next, cvd.as_deref())?)
+        let cfg = inferwatch_core::component::typed::<Checked>(parsed)?.clone();
+        Ok(GpuEnrich::build_checked(&ctx, cfg, signal, next, cvd.as_deref())?)
     }
 }
 
@@ -73,10 +74,20 @@ impl GpuEnrich {
         next: ConsumerRef,
         cuda_visible_devices: Option<&str>,
     ) -> Result<Arc<GpuEnrich>, ComponentError> {
+        Self::build_checked(ctx, parse_config::<GpuEnrichConfig>(cfg)?.check()?, signal, next, cuda_visible_devices)
+    }
+
+    /// [`GpuEnrich::build`] from settings already parsed and checked.
+    fn build_checked(
+        ctx: &CreateContext,
+        cfg: Checked,
+        signal: Signal,
+        next: ConsumerRef,
+        cuda_visible_devices: Option<&str>,
+    ) -> Result<Arc<GpuEnrich>, ComponentError> {
         if signal == Signal::Logs {
             return Err(ComponentError::Start("gpu_enrich enriches traces and metrics, not logs".into()));
         }
-        let cfg = parse_config::<GpuEnrichConfig>(cfg)?.check()?;
         let selector = GpuSelector {
             fixed: static_gpu_set(&cfg.gpus, cuda_visible_devices),
             server_pid: cfg.server_pid,

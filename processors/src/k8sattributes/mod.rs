@@ -63,17 +63,17 @@ impl ProcessorFactory for K8sAttributesFactory {
     fn signals(&self) -> &'static [Signal] {
         &Signal::ALL
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<K8sAttributesConfig>(cfg)?.check().map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(Arc::new(parse_config::<K8sAttributesConfig>(cfg)?.check()?))
     }
-    fn create(
+    fn build(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         _signal: Signal,
         next: ConsumerRef,
     ) -> Result<NodeRef, ComponentError> {
-        let checked = parse_config::<K8sAttributesConfig>(cfg)?.check()?;
+        let checked = inferwatch_core::component::typed::<Checked>(parsed)?.clone();
         // One cache per processor id and running graph, shared by its pipelines.
         let key = format!("k8sattributes-cache:{}", ctx.id);
         let shared = match ctx.host.services.get::<Arc<Shared>>(&key) {

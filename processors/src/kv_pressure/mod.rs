@@ -209,17 +209,17 @@ pub struct KvPressureFactory;
 inferwatch_core::arrow_processor_factory!(KvPressureFactory, "kv_pressure", &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for KvPressureFactory {
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<KvPressureConfig>(cfg)?.check().map(|_| ())
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(parse_config::<KvPressureConfig>(cfg)?.check()?))
     }
-    fn create_arrow(
+    fn build_arrow(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
         crate::detect::config::metrics_only(DETECTOR, signal)?;
-        let checked = parse_config::<KvPressureConfig>(cfg)?.check()?;
+        let checked = inferwatch_core::component::typed::<Checked>(parsed)?.clone();
         Ok(Box::new(KvPressure::new(checked, &ctx)))
     }
 }

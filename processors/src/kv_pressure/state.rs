@@ -4,7 +4,7 @@
 
 use super::STATE_VERSION;
 use super::assess::{Input, Inputs};
-use crate::detect::series::{SeriesMap, Slot};
+use crate::detect::series::SeriesMap;
 use serde::{Deserialize, Serialize};
 
 pub use crate::detect::group::GroupKey;
@@ -137,8 +137,6 @@ impl State {
     /// 10 % at `max_series`), and the number of groups evicted. A new group starts its warm-up at
     /// `time`, and so does one whose previous point is more than `restart_gap` before `time`.
     pub fn touch(&mut self, key: &GroupKey, time: u64) -> (usize, Option<&mut Group>) {
-        // The group's largest event time before this point (the map moves it on the touch).
-        let previous = self.series.slot(key).map(Slot::last_time);
         let gap = self.params.restart_gap_ns;
         let Some(t) = self.series.touch(key, time, || Group { warm_from: time, ..Group::default() }, |_, _| {}) else {
             return (0, None);
@@ -150,7 +148,8 @@ impl State {
                 "kv_pressure: evicted least recently seen groups"
             );
         }
-        if let Some(previous) = previous
+        // The group's largest event time before this point.
+        if let Some(previous) = t.previous_time
             && gap > 0
             && time > previous.saturating_add(gap)
         {

@@ -175,13 +175,13 @@ impl ConnectorFactory for LlmSignalsFactory {
     fn signal_pairs(&self) -> &'static [(Signal, Signal)] {
         &[(Signal::Traces, Signal::Metrics), (Signal::Metrics, Signal::Metrics)]
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        self.validate_arrow(cfg)
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        self.parse_arrow(cfg)
     }
-    fn create(
+    fn build(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         from: Signal,
         to: Signal,
         next: ConsumerRef,
@@ -189,24 +189,24 @@ impl ConnectorFactory for LlmSignalsFactory {
         if !self.signal_pairs().contains(&(from, to)) {
             return Err(ComponentError::Start(format!("llm_signals cannot connect {from} to {to}")));
         }
-        inferwatch_core::arrow::stage::build_connector(ctx, self, cfg, from, to, next)
+        inferwatch_core::arrow::stage::build_connector_parsed(ctx, self, parsed, from, to, next)
     }
 }
 
 impl ArrowProcessorFactory for LlmSignalsFactory {
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<LlmSignalsConfig>(cfg)?.check().map(|_| ())
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(parse_config::<LlmSignalsConfig>(cfg)?.check()?))
     }
-    fn create_arrow(
+    fn build_arrow(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
         if signal == Signal::Logs {
             return Err(ComponentError::Start("llm_signals reads traces or metrics, not logs".into()));
         }
-        let checked = parse_config::<LlmSignalsConfig>(cfg)?.check()?;
+        let checked = inferwatch_core::component::typed::<Checked>(parsed)?.clone();
         Ok(Box::new(LlmSignals::new(checked, signal, &ctx)))
     }
 }

@@ -107,17 +107,17 @@ impl ProcessorFactory for ResourceFactory {
     fn signals(&self) -> &'static [Signal] {
         &Signal::ALL
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<ResourceConfig>(cfg)?.check().map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(Arc::new(parse_config::<ResourceConfig>(cfg)?.check()?))
     }
-    fn create(
+    fn build(
         &self,
         _ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         _signal: Signal,
         next: ConsumerRef,
     ) -> Result<NodeRef, ComponentError> {
-        let actions = parse_config::<ResourceConfig>(cfg)?.check()?;
+        let actions = inferwatch_core::component::typed::<Actions>(parsed)?.clone();
         Ok(Arc::new(ResourceProcessor { actions, next }))
     }
 }

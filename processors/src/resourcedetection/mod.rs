@@ -164,17 +164,17 @@ impl ProcessorFactory for ResourceDetectionFactory {
     fn signals(&self) -> &'static [Signal] {
         &Signal::ALL
     }
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<ResourceDetectionConfig>(cfg)?.check().map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(Arc::new(parse_config::<ResourceDetectionConfig>(cfg)?.check()?))
     }
-    fn create(
+    fn build(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
         next: ConsumerRef,
     ) -> Result<NodeRef, ComponentError> {
-        let checked = parse_config::<ResourceDetectionConfig>(cfg)?.check()?;
+        let checked = inferwatch_core::component::typed::<Checked>(parsed)?;
         let detected = checked.detect(&|k| std::env::var(k).ok());
         let keys: Vec<&str> = detected.iter().map(|kv| kv.key.as_str()).collect();
         tracing::info!(processor = %ctx.id, %signal, attributes = ?keys, "resources detected");

@@ -39,17 +39,17 @@ pub struct SloFactory;
 inferwatch_core::arrow_processor_factory!(SloFactory, TYPE, &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for SloFactory {
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<SloConfig>(cfg)?.check().map(|_| ())
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(parse_config::<SloConfig>(cfg)?.check()?))
     }
-    fn create_arrow(
+    fn build_arrow(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
         crate::detect::config::metrics_only("slo", signal)?;
-        let checked = parse_config::<SloConfig>(cfg)?.check()?;
+        let checked = inferwatch_core::component::typed::<Checked>(parsed)?.clone();
         Ok(Box::new(Slo::new(checked, &ctx)))
     }
 }
@@ -334,12 +334,26 @@ impl ArrowProcessor for Slo {
                 .map_err(|e| self.corrupt(format!("slo state: {e}")))?;
             restored.push((i, groups, s.forecast));
         }
-        for (i, groups, forecast) in restored {
-            let r = &mut self.runners[i];
-            r.groups = groups;
-            if let (Some(f), Some(b)) = (r.forecast.as_mut(), forecast) {
-                f.restore(&b)?;
+        // Then the embedded forecasts, each atomic; when one is refused, those restored before it
+        // get their previous state back, so that a refused checkpoint changes nothing.
+        let mut done: Vec<(usize, Vec<u8>)> = Vec::new();
+        for (i, _, forecast) in &restored {
+            let (Some(f), Some(b)) = (self.runners[*i].forecast.as_mut(), forecast) else { continue };
+            let before = f.snapshot()?;
+            if let Err(e) = f.restore(b) {
+                for (j, old) in done.into_iter().rev() {
+                    if let Some(f) = self.runners[j].forecast.as_mut()
+                        && let Err(e) = f.restore(&old)
+                    {
+                        tracing::warn!(error = %e, "slo: a forecast could not get its state back");
+                    }
+                }
+                return Err(e);
             }
+            done.push((*i, before));
+        }
+        for (i, groups, _) in restored {
+            self.runners[i].groups = groups;
         }
         Ok(())
     }

@@ -41,17 +41,17 @@ pub struct TrendForecastFactory;
 inferwatch_core::arrow_processor_factory!(TrendForecastFactory, DETECTOR, &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for TrendForecastFactory {
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<TrendForecastConfig>(cfg)?.check().map(|_| ())
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(parse_config::<TrendForecastConfig>(cfg)?.check()?))
     }
-    fn create_arrow(
+    fn build_arrow(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
         crate::detect::config::metrics_only("trend_forecast", signal)?;
-        let checked = parse_config::<TrendForecastConfig>(cfg)?.check()?;
+        let checked = inferwatch_core::component::typed::<Checked>(parsed)?.clone();
         Ok(Box::new(TrendForecast::new(checked, &ctx)))
     }
 }

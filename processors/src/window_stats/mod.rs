@@ -181,17 +181,17 @@ pub struct WindowStatsFactory;
 inferwatch_core::arrow_processor_factory!(WindowStatsFactory, "window_stats", &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for WindowStatsFactory {
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<WindowStatsConfig>(cfg)?.check().map(|_| ())
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(parse_config::<WindowStatsConfig>(cfg)?.check()?))
     }
-    fn create_arrow(
+    fn build_arrow(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
         crate::detect::config::metrics_only("window_stats", signal)?;
-        let checked = parse_config::<WindowStatsConfig>(cfg)?.check()?;
+        let checked = inferwatch_core::component::typed::<Checked>(parsed)?.clone();
         Ok(Box::new(WindowStats::new(checked, &ctx)))
     }
 }

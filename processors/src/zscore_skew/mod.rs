@@ -174,17 +174,17 @@ pub struct ZscoreSkewFactory;
 inferwatch_core::arrow_processor_factory!(ZscoreSkewFactory, DETECTOR, &[Signal::Metrics]);
 
 impl ArrowProcessorFactory for ZscoreSkewFactory {
-    fn validate_arrow(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        parse_config::<ZscoreSkewConfig>(cfg)?.check().map(|_| ())
+    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(parse_config::<ZscoreSkewConfig>(cfg)?.check()?))
     }
-    fn create_arrow(
+    fn build_arrow(
         &self,
         ctx: CreateContext,
-        cfg: &serde_json::Value,
+        parsed: &inferwatch_core::component::Parsed,
         signal: Signal,
     ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
         crate::detect::config::metrics_only("zscore_skew", signal)?;
-        Ok(Box::new(ZscoreSkew::new(&ctx, cfg)?))
+        Ok(Box::new(ZscoreSkew::from_checked(&ctx, inferwatch_core::component::typed::<Checked>(parsed)?.clone())))
     }
 }
 
@@ -210,13 +210,17 @@ pub struct ZscoreSkew {
 impl ZscoreSkew {
     /// A processor with the settings `cfg` (as `create_arrow` builds it; public for benchmarks).
     pub fn new(ctx: &CreateContext, cfg: &serde_json::Value) -> Result<Self, ComponentError> {
-        let cfg = parse_config::<ZscoreSkewConfig>(cfg)?.check()?;
-        Ok(ZscoreSkew {
+        Ok(Self::from_checked(ctx, parse_config::<ZscoreSkewConfig>(cfg)?.check()?))
+    }
+
+    /// A processor with settings already parsed and checked.
+    fn from_checked(ctx: &CreateContext, cfg: Checked) -> Self {
+        ZscoreSkew {
             state: State::new(cfg.params),
             cfg,
             kit: Adapter::new(ctx, "zscore_skew"),
             paths: PathCounts::default(),
-        })
+        }
     }
 
     /// Bytes of state held, estimated (see [`State::approx_bytes`]).

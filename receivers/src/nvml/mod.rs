@@ -86,12 +86,20 @@ impl ReceiverFactory for NvmlReceiverFactory {
         &[Signal::Metrics]
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        NvmlConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(NvmlConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Receiver>, ComponentError> {
-        Ok(Box::new(NvmlReceiver::new(ctx, NvmlConfig::from_value(cfg)?, nvml_opener())))
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &inferwatch_core::component::Parsed,
+    ) -> Result<Box<dyn Receiver>, ComponentError> {
+        Ok(Box::new(NvmlReceiver::new(
+            ctx,
+            inferwatch_core::component::typed::<NvmlConfig>(parsed)?.clone(),
+            nvml_opener(),
+        )))
     }
 }
 

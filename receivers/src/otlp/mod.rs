@@ -56,16 +56,20 @@ impl ReceiverFactory for OtlpReceiverFactory {
         &Signal::ALL
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        OtlpConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(OtlpConfig::from_value(cfg)?))
     }
 
     fn warnings(&self, cfg: &serde_json::Value) -> Vec<FieldError> {
         OtlpConfig::warnings(cfg)
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Receiver>, ComponentError> {
-        Ok(Box::new(OtlpReceiver::new(ctx, OtlpConfig::from_value(cfg)?)))
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &inferwatch_core::component::Parsed,
+    ) -> Result<Box<dyn Receiver>, ComponentError> {
+        Ok(Box::new(OtlpReceiver::new(ctx, inferwatch_core::component::typed::<OtlpConfig>(parsed)?.clone())))
     }
 }
 

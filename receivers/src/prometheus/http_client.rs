@@ -7,7 +7,8 @@
 //!
 //! The structs that carry these keys derive their own keys with `#[serde(remote = "Self")]` (an
 //! inherent `deserialize`) and hold them in a `#[serde(skip)] http` field; their `Deserialize`
-//! ([`with_http_client!`]) reads the map through [`Split`], which hands the HTTP keys to
+//! (`inferwatch_core::split_deserialize!`) reads the map through core's
+//! [`Split`](inferwatch_core::config::split::Split), which hands the HTTP keys to
 //! [`HttpClientConfig`] as they are read and refuses any other unknown key with serde's own
 //! message (`unknown field `x`, expected one of ...`, both sets of keys listed), raised while
 //! the key is read so that its path is the key's path and the config layer's "did you mean"
@@ -19,11 +20,10 @@ use super::config::{
 use super::sd::http::HttpSdConfig;
 use super::sd::kubernetes::KubernetesSdConfig;
 use inferwatch_core::component::{FieldError, PathSeg};
+use inferwatch_core::config::split::SplitKeys;
 use inferwatch_core::extension::client_auth::Secret;
 use inferwatch_core::settings::TlsClientSettings;
-use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, Visitor};
-use serde::{Deserialize, forward_to_deserialize_any};
-use std::fmt;
+use serde::de::{self, MapAccess};
 
 /// The keys [`HttpClientConfig`] reads, in Prometheus' order.
 pub const KEYS: [&str; 9] = [
@@ -92,23 +92,6 @@ impl HttpClientConfig {
             || self.proxy_url.is_some()
             || self.no_proxy.is_some()
             || self.proxy_from_environment
-    }
-
-    /// Reads the value of `k` (one of [`KEYS`]) from `map`.
-    fn read<'de, A: MapAccess<'de>>(&mut self, k: &str, map: &mut A) -> Result<(), A::Error> {
-        match k {
-            "tls_config" => self.tls_config = map.next_value()?,
-            "authorization" => self.authorization = map.next_value()?,
-            "basic_auth" => self.basic_auth = map.next_value()?,
-            "bearer_token" => self.bearer_token = map.next_value()?,
-            "bearer_token_file" => self.bearer_token_file = map.next_value()?,
-            "follow_redirects" => self.follow_redirects = map.next_value()?,
-            "proxy_url" => self.proxy_url = map.next_value()?,
-            "no_proxy" => self.no_proxy = map.next_value()?,
-            "proxy_from_environment" => self.proxy_from_environment = map.next_value()?,
-            other => return Err(de::Error::custom(format!("internal: {other:?} is not an HTTP client key"))),
-        }
-        Ok(())
     }
 
     /// Checks the settings and assembles the client's; errors are located by `err_at` (path
@@ -254,144 +237,31 @@ impl Proxy {
     }
 }
 
-/// serde's `unknown field` message, listing the struct's own keys and the HTTP client keys.
-fn unknown_field(field: &str, own: &[&str]) -> String {
-    let all: Vec<&str> = own.iter().copied().chain(KEYS).collect();
-    // Always more than two keys: serde's "one of" form.
-    let quoted: Vec<String> = all.iter().map(|k| format!("`{k}`")).collect();
-    format!("unknown field `{field}`, expected one of {}", quoted.join(", "))
-}
+impl<'de> SplitKeys<'de> for HttpClientConfig {
+    const KEYS: &'static [&'static str] = &KEYS;
 
-/// A deserializer that reads a struct's map, giving the HTTP client keys to `http` and the
-/// struct's own keys to the struct; any other key is an error at that key.
-pub struct Split<'h, D> {
-    /// The map's deserializer.
-    pub inner: D,
-    /// Where the HTTP client keys go.
-    pub http: &'h mut HttpClientConfig,
-}
-
-impl<'de, D: Deserializer<'de>> Deserializer<'de> for Split<'_, D> {
-    type Error = D::Error;
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_struct(name, fields, SplitVisitor { visitor, http: self.http, fields })
-    }
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_map(SplitVisitor { visitor, http: self.http, fields: &[] })
-    }
-
-    forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
-        unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
-    }
-}
-
-struct SplitVisitor<'h, V> {
-    visitor: V,
-    http: &'h mut HttpClientConfig,
-    fields: &'static [&'static str],
-}
-
-impl<'de, V: Visitor<'de>> Visitor<'de> for SplitVisitor<'_, V> {
-    type Value = V::Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.visitor.expecting(f)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
-        self.visitor.visit_map(SplitMap { map, http: self.http, fields: self.fields })
-    }
-}
-
-struct SplitMap<'h, A> {
-    map: A,
-    http: &'h mut HttpClientConfig,
-    fields: &'static [&'static str],
-}
-
-/// A key of the split map.
-enum Key {
-    /// One of the struct's own keys.
-    Own(String),
-    /// One of [`KEYS`].
-    Http(&'static str),
-}
-
-/// Reads a key, refusing one that is neither the struct's nor an HTTP client key (inside the
-/// key's deserialization, so that the error's path ends with the key).
-struct KeySeed {
-    fields: &'static [&'static str],
-}
-
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Key;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
-        d.deserialize_identifier(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeySeed {
-    type Value = Key;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a field name")
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
-        if self.fields.contains(&v) {
-            Ok(Key::Own(v.to_string()))
-        } else if let Some(k) = KEYS.iter().find(|k| **k == v) {
-            Ok(Key::Http(k))
-        } else {
-            Err(E::custom(unknown_field(v, self.fields)))
+    fn read<A: MapAccess<'de>>(&mut self, k: &str, map: &mut A) -> Result<(), A::Error> {
+        match k {
+            "tls_config" => self.tls_config = map.next_value()?,
+            "authorization" => self.authorization = map.next_value()?,
+            "basic_auth" => self.basic_auth = map.next_value()?,
+            "bearer_token" => self.bearer_token = map.next_value()?,
+            "bearer_token_file" => self.bearer_token_file = map.next_value()?,
+            "follow_redirects" => self.follow_redirects = map.next_value()?,
+            "proxy_url" => self.proxy_url = map.next_value()?,
+            "no_proxy" => self.no_proxy = map.next_value()?,
+            "proxy_from_environment" => self.proxy_from_environment = map.next_value()?,
+            other => return Err(de::Error::custom(format!("internal: {other:?} is not an HTTP client key"))),
         }
+        Ok(())
     }
 }
 
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for SplitMap<'_, A> {
-    type Error = A::Error;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
-        loop {
-            match self.map.next_key_seed(KeySeed { fields: self.fields })? {
-                None => return Ok(None),
-                Some(Key::Own(k)) => return seed.deserialize(k.into_deserializer()).map(Some),
-                Some(Key::Http(k)) => self.http.read(k, &mut self.map)?,
-            }
-        }
-    }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-        self.map.next_value_seed(seed)
-    }
-}
-
-/// `Deserialize` for structs whose own keys are derived with `#[serde(remote = "Self")]` and
-/// whose `http: HttpClientConfig` field is `#[serde(skip)]`.
-macro_rules! with_http_client {
-    ($($t:ty),* $(,)?) => {$(
-        impl<'de> Deserialize<'de> for $t {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let mut http = HttpClientConfig::default();
-                // The inherent (derived) `deserialize`, over the split map.
-                let mut v = <$t>::deserialize(Split { inner: d, http: &mut http })?;
-                v.http = http;
-                Ok(v)
-            }
-        }
-    )*};
-}
-
-with_http_client!(ScrapeConfig, HttpSdConfig, KubernetesSdConfig);
+// `Deserialize` for the structs whose own keys are derived with `#[serde(remote = "Self")]` and
+// whose `http: HttpClientConfig` field is `#[serde(skip)]`.
+inferwatch_core::split_deserialize!(ScrapeConfig, http, HttpClientConfig::default());
+inferwatch_core::split_deserialize!(HttpSdConfig, http, HttpClientConfig::default());
+inferwatch_core::split_deserialize!(KubernetesSdConfig, http, HttpClientConfig::default());
 
 #[cfg(test)]
 mod tests {
@@ -456,7 +326,7 @@ mod tests {
     #[test]
     fn unknown_field_message_is_serdes() {
         assert_eq!(
-            unknown_field("x", &[]),
+            inferwatch_core::config::split::unknown_field("x", &[], &KEYS),
             "unknown field `x`, expected one of `tls_config`, `authorization`, `basic_auth`, `bearer_token`, \
              `bearer_token_file`, `follow_redirects`, `proxy_url`, `no_proxy`, `proxy_from_environment`"
         );

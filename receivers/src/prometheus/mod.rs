@@ -101,12 +101,19 @@ impl ReceiverFactory for PrometheusReceiverFactory {
         &[Signal::Metrics]
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        PrometheusConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(PrometheusConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Receiver>, ComponentError> {
-        Ok(Box::new(PrometheusReceiver::new(ctx, PrometheusConfig::from_value(cfg)?)?))
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &inferwatch_core::component::Parsed,
+    ) -> Result<Box<dyn Receiver>, ComponentError> {
+        Ok(Box::new(PrometheusReceiver::new(
+            ctx,
+            inferwatch_core::component::typed::<PrometheusConfig>(parsed)?.clone(),
+        )?))
     }
 }
 

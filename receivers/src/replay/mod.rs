@@ -82,12 +82,16 @@ impl ReceiverFactory for ReplayReceiverFactory {
         &Signal::ALL
     }
 
-    fn validate(&self, cfg: &serde_json::Value) -> Result<(), FieldError> {
-        ReplayConfig::from_value(cfg).map(|_| ())
+    fn parse(&self, cfg: &serde_json::Value) -> Result<inferwatch_core::component::Parsed, FieldError> {
+        Ok(std::sync::Arc::new(ReplayConfig::from_value(cfg)?))
     }
 
-    fn create(&self, ctx: CreateContext, cfg: &serde_json::Value) -> Result<Box<dyn Receiver>, ComponentError> {
-        Ok(Box::new(ReplayReceiver::new(ctx, ReplayConfig::from_value(cfg)?)))
+    fn build(
+        &self,
+        ctx: CreateContext,
+        parsed: &inferwatch_core::component::Parsed,
+    ) -> Result<Box<dyn Receiver>, ComponentError> {
+        Ok(Box::new(ReplayReceiver::new(ctx, inferwatch_core::component::typed::<ReplayConfig>(parsed)?.clone())))
     }
 }
 

@@ -57,11 +57,31 @@ pub fn parse_duration(text: &str) -> Result<f64, String> {
     if let Ok(v) = t.parse::<f64>() {
         return check(v, text);
     }
-    // No unit contains "min", so the alias is replaced wherever it appears ("1h30min").
-    let t = t.replace("min", "m");
+    let t = min_alias(t);
     inferwatch_core::settings::parse_go_duration(&t)
         .map(|d| d.as_secs_f64())
         .map_err(|e| format!("invalid duration {text:?}: {}", e.reason))
+}
+
+/// `text` with each unit `min` (a number before it, a number or the end after it: `1h30min`)
+/// written `m`; any other `min` ("5mins") is left for the parser to refuse.
+fn min_alias(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        let number_before = i > 0 && (b[i - 1].is_ascii_digit() || b[i - 1] == b'.');
+        let unit_ends = b.get(i + 3).is_none_or(|c| c.is_ascii_digit() || *c == b'.');
+        if number_before && b[i..].starts_with(b"min") && unit_ends {
+            out.push('m');
+            i += 3;
+            continue;
+        }
+        let Some(c) = text[i..].chars().next() else { break };
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
 }
 
 fn check(v: f64, text: &str) -> Result<f64, String> {
@@ -127,5 +147,11 @@ mod tests {
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("1h 30m").is_err());
         assert!(parse_duration("1000000w").is_err());
+        // `min` is a unit only as a whole unit token.
+        assert_eq!(parse_duration("2min"), Ok(120.0));
+        assert_eq!(parse_duration("1.5min30s"), Ok(120.0));
+        assert!(parse_duration("5mins").is_err(), "5mins must not read as 5 ms");
+        assert!(parse_duration("2minutes").is_err());
+        assert_eq!(parse_duration("3ms"), Ok(0.003));
     }
 }
