@@ -62,6 +62,12 @@ pub trait Sender: Send + Sync + 'static {
 pub trait Attempt: Send + Sync {
     /// Tries once to deliver the request.
     async fn send(&self) -> Result<(), SendError>;
+    /// Whether the last successful [`Attempt::send`] handed the data on to another exporter
+    /// instead of delivering it (a load balancer re-routing a removed backend's data): it is
+    /// then not counted as sent here.
+    fn handed_on(&self) -> bool {
+        false
+    }
 }
 
 /// The default [`Attempt`]: calls [`Sender::send`] with the payload each time.
@@ -197,7 +203,9 @@ impl Shared {
             };
             match attempt {
                 Ok(()) => {
-                    self.metrics.sent.inc_by(n);
+                    if !prepared.as_ref().is_some_and(|a| a.handed_on()) {
+                        self.metrics.sent.inc_by(n);
+                    }
                     return Ok(());
                 }
                 Err(SendError::Permanent(msg)) => {

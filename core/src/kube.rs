@@ -1,6 +1,7 @@
-//! A small Kubernetes API client shared by the prometheus receiver's `kubernetes_sd_configs` and
-//! the `k8sattributes` processor: how to reach the API server (in-cluster service account, or
-//! an explicit URL), and the list + watch loop of one resource path.
+//! A small Kubernetes API client shared by the prometheus receiver's `kubernetes_sd_configs`, the
+//! `k8sattributes` processor and the `loadbalancing` exporter's k8s resolver: how to reach the
+//! API server (in-cluster service account, or an explicit URL), and the list + watch loop of one
+//! resource path (any API group: `api/v1/...` or `apis/<group>/<version>/...`).
 //!
 //! The loop lists in pages (`limit` / `continue`), then watches from the list's
 //! `resourceVersion` (`?watch=1&allowWatchBookmarks=true&timeoutSeconds=..`), resuming from the
@@ -8,7 +9,8 @@
 //! event) lists again; any other failure backs off (200 ms doubling to 30 s) and lists again.
 //! Bodies and watch events are read with a bound ([`MAX_EVENT`]); a list keeps at most the
 //! sink's [`WatchSink::max_objects`] objects. The shapes are the Kubernetes API reference's
-//! (`PodList` / `EndpointsList` / `NamespaceList`, `WatchEvent` one JSON object per line).
+//! (`PodList` / `EndpointsList` / `NamespaceList` / `EndpointSliceList`, `WatchEvent` one JSON
+//! object per line).
 
 use crate::auth::{AuthError, ClientAuth};
 use crate::extension::client_auth::FileSecret;
@@ -121,14 +123,19 @@ impl ApiConn {
 
     /// `GET url` with the credentials, answering within [`REQUEST_TIMEOUT`]; 410 is [`WatchEnd::Gone`].
     pub async fn get(&self, url: reqwest::Url) -> Result<reqwest::Response, WatchEnd> {
+        self.get_within(url, REQUEST_TIMEOUT).await
+    }
+
+    /// [`ApiConn::get`], answering (status and headers) within `timeout`.
+    pub async fn get_within(&self, url: reqwest::Url, timeout: Duration) -> Result<reqwest::Response, WatchEnd> {
         let mut headers = http::HeaderMap::new();
         if let Some(a) = &self.auth {
             a.apply(&mut headers).map_err(|e| WatchEnd::Failed(e.to_string()))?;
         }
         let send =
             self.client.get(url.clone()).headers(headers).header(http::header::ACCEPT, "application/json").send();
-        let resp = match tokio::time::timeout(REQUEST_TIMEOUT, send).await {
-            Err(_) => return Err(WatchEnd::Failed(format!("{url}: no answer within {REQUEST_TIMEOUT:?}"))),
+        let resp = match tokio::time::timeout(timeout, send).await {
+            Err(_) => return Err(WatchEnd::Failed(format!("{url}: no answer within {timeout:?}"))),
             Ok(Err(e)) => return Err(WatchEnd::Failed(format!("{url}: {e}"))),
             Ok(Ok(r)) => r,
         };
@@ -197,6 +204,15 @@ pub trait WatchSink: Send + Sync {
     fn max_objects(&self) -> usize {
         MAX_OBJECTS
     }
+    /// Most time a list page or the start of a watch may take.
+    fn request_timeout(&self) -> Duration {
+        REQUEST_TIMEOUT
+    }
+    /// A list or watch of `path` failed with `error` (after [`WatchSink::failed`]) and is retried
+    /// after `backoff`; the default logs a warning each time.
+    fn retrying(&self, path: &str, error: &str, backoff: Duration) {
+        tracing::warn!(path = %path, error = %error, "kubernetes list/watch failed; retrying in {backoff:?}");
+    }
 }
 
 /// A string at `path` in `v` ("" when absent).
@@ -264,7 +280,7 @@ impl Looper {
                 }
                 WatchEnd::Failed(e) => {
                     self.sink.failed(Failure::Error);
-                    tracing::warn!(path = %self.w.path, error = %e, "kubernetes list/watch failed; retrying in {backoff:?}");
+                    self.sink.retrying(&self.w.path, &e, backoff);
                     tokio::select! {
                         _ = self.cancel.cancelled() => return,
                         _ = tokio::time::sleep(backoff) => {}
@@ -289,7 +305,7 @@ impl Looper {
             let url = self.url(&extra).map_err(WatchEnd::Failed)?;
             let resp = tokio::select! {
                 _ = self.cancel.cancelled() => return Err(WatchEnd::Cancelled),
-                r = self.conn.get(url.clone()) => r?,
+                r = self.conn.get_within(url.clone(), self.sink.request_timeout()) => r?,
             };
             let body = tokio::select! {
                 _ = self.cancel.cancelled() => return Err(WatchEnd::Cancelled),
@@ -341,7 +357,7 @@ impl Looper {
             };
             let mut resp = tokio::select! {
                 _ = self.cancel.cancelled() => return WatchEnd::Cancelled,
-                r = self.conn.get(url) => match r { Ok(r) => r, Err(e) => return e },
+                r = self.conn.get_within(url, self.sink.request_timeout()) => match r { Ok(r) => r, Err(e) => return e },
             };
             let mut buf: Vec<u8> = Vec::new();
             loop {

@@ -70,6 +70,7 @@ pub fn table(runs: &[ScenarioRun]) -> String {
             Kind::Ab => "A/B",
             Kind::Drift => "drift",
             Kind::Fast => "fast",
+            Kind::Fleet => "fleet",
         };
         let detected = match o.detected {
             Some(true) => "yes",
@@ -93,6 +94,11 @@ pub fn table(runs: &[ScenarioRun]) -> String {
             o.target,
             if o.pass { "yes" } else { "**no**" }
         ));
+    }
+    let fleet = crate::scenario::fleet::table(&runs.iter().map(|r| &r.outcome).collect::<Vec<_>>());
+    if !fleet.is_empty() {
+        s.push('\n');
+        s.push_str(&fleet);
     }
     let t = totals(runs);
     s.push_str(&format!(

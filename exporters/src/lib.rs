@@ -1,4 +1,5 @@
-//! inferwatch exporters (eight): `otlp` (gRPC), `otlphttp`, `debug`, the recording exporters
+//! inferwatch exporters (nine): `otlp` (gRPC), `otlphttp`, `loadbalancing` (`otlp` to backends
+//! chosen by consistent hashing), `debug`, the recording exporters
 //! `parquet` and `arrow_ipc`, the Prometheus exporters `prometheus` (pull endpoint) and
 //! `prometheusremotewrite`, and `alertmanager` (alerts from the `alerts` connector's logs).
 //!
@@ -17,6 +18,7 @@ pub mod arrow_ipc;
 pub mod client_config;
 pub mod debug;
 pub mod http;
+pub mod loadbalancing;
 pub mod otlp;
 pub mod otlphttp;
 pub mod parquet;
@@ -33,6 +35,7 @@ pub use crate::alertmanager::{AlertmanagerConfig, AlertmanagerExporterFactory};
 pub use crate::arrow_ipc::{ArrowIpcConfig, ArrowIpcExporterFactory};
 pub use crate::parquet::{ParquetCompression, ParquetConfig, ParquetExporterFactory};
 pub use debug::{DebugConfig, DebugExporterFactory, Verbosity};
+pub use loadbalancing::{LoadBalancingConfig, LoadBalancingExporterFactory};
 pub use otlp::{OtlpConfig, OtlpExporterFactory};
 pub use otlphttp::{Encoding, OtlpHttpConfig, OtlpHttpExporterFactory};
 pub use prometheus::{PrometheusConfig, PrometheusExporterFactory};
@@ -41,12 +44,13 @@ pub use prometheusremotewrite::{RemoteWriteConfig, RemoteWriteExporterFactory};
 use inferwatch_core::registry::Registry;
 use std::sync::Arc;
 
-/// Adds the `otlp`, `otlphttp`, `debug`, `parquet`, `arrow_ipc`, `prometheus`,
+/// Adds the `otlp`, `otlphttp`, `loadbalancing`, `debug`, `parquet`, `arrow_ipc`, `prometheus`,
 /// `prometheusremotewrite` and `alertmanager` exporter factories to `reg`.
 pub fn register(reg: &mut Registry) {
     // otlp, otlphttp and alertmanager are disabled by an empty `endpoint` (optional.rs).
     reg.add_exporter(Arc::new(optional::UnlessNoEndpoint(OtlpExporterFactory)));
     reg.add_exporter(Arc::new(optional::UnlessNoEndpoint(OtlpHttpExporterFactory)));
+    reg.add_exporter(Arc::new(LoadBalancingExporterFactory));
     reg.add_exporter(Arc::new(DebugExporterFactory));
     reg.add_exporter(Arc::new(ParquetExporterFactory));
     reg.add_exporter(Arc::new(ArrowIpcExporterFactory));
@@ -61,7 +65,7 @@ mod tests {
     use inferwatch_core::ComponentKind;
 
     #[test]
-    fn registers_eight_exporters() {
+    fn registers_nine_exporters() {
         let mut reg = Registry::new();
         register(&mut reg);
         assert_eq!(
@@ -70,6 +74,7 @@ mod tests {
                 "alertmanager",
                 "arrow_ipc",
                 "debug",
+                "loadbalancing",
                 "otlp",
                 "otlphttp",
                 "parquet",
@@ -77,7 +82,7 @@ mod tests {
                 "prometheusremotewrite"
             ]
         );
-        for t in ["debug", "otlp", "otlphttp"] {
+        for t in ["debug", "loadbalancing", "otlp", "otlphttp"] {
             let f = reg.exporter(t).map(|f| f.signals().len());
             assert_eq!(f, Some(3), "{t}");
         }

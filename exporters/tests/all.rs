@@ -2,6 +2,7 @@
 mod alertmanager;
 mod auth;
 mod common;
+mod lb_k8s_resolver;
 mod otlp_grpc;
 mod otlp_http;
 mod prometheus;

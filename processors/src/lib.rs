@@ -1,6 +1,6 @@
 //! inferwatch processors and connectors. Processors: `batch`, `memory_limiter`, `window_stats`,
-//! the detectors `trend_forecast`, `zscore_skew`, `ewma_chart`, `delta_ab`, `kv_pressure` and
-//! `coupled_model`,
+//! the detectors `trend_forecast`, `zscore_skew`, `ewma_chart`, `delta_ab`, `kv_pressure`,
+//! `coupled_model` and `peer_outlier`,
 //! `gpu_enrich`, `slo`, `filter`, `resource`, `attributes`, `resourcedetection` and
 //! `k8sattributes`; connectors: `alerts`, `forward` and `llm_signals` (see [`register`]).
 
@@ -20,6 +20,7 @@ pub mod k8sattributes;
 pub mod kv_pressure;
 pub mod llm_signals;
 pub mod memory_limiter;
+pub mod peer_outlier;
 pub mod resource;
 pub mod resourcedetection;
 pub mod slo;
@@ -39,6 +40,7 @@ pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(zscore_skew::ZscoreSkewFactory));
     reg.add_processor(Arc::new(ewma_chart::EwmaChartFactory));
     reg.add_processor(Arc::new(delta_ab::DeltaAbFactory));
+    reg.add_processor(Arc::new(peer_outlier::PeerOutlierFactory));
     reg.add_processor(Arc::new(kv_pressure::KvPressureFactory));
     reg.add_processor(Arc::new(coupled_model::CoupledModelFactory));
     reg.add_processor(Arc::new(gpu_enrich::GpuEnrichFactory));

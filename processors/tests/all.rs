@@ -9,6 +9,7 @@ mod gpu_enrich;
 mod kv_pressure;
 mod llm_signals;
 mod llm_signals_servers;
+mod peer_outlier;
 mod pod_identity;
 mod slo;
 mod slo_openslo;

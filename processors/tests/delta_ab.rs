@@ -907,3 +907,102 @@ async fn delta_ab_auto_rollout_alert_fires_then_resolves_when_the_pair_ends() {
     let states: Vec<(u64, &str)> = records.iter().filter(|r| r.2 != "repeat").map(|r| (r.0, r.1.as_str())).collect();
     assert_eq!(states, vec![(2, "firing"), (8, "resolved")], "{records:?}");
 }
+
+// ---- Fleet A/B: version A on some replicas, B on others, pooled per model (issue 16) ----
+
+/// Per-request points of a fleet for window `w`: `n` requests on each of `replicas` replicas
+/// (own resource: `service.instance.id` vllm-i, `service.version` v2 for the first `on_b`, else
+/// v1), each replica with its own latency scale (±5 %), independent traffic (no shared ids). B's
+/// values are `regress(A's)`. Returns the request and the exact pooled p95 of each version.
+fn fleet_window(
+    w: u64,
+    replicas: usize,
+    on_b: usize,
+    n: usize,
+    regress: impl Fn(f64) -> f64,
+) -> (ExportMetricsServiceRequest, f64, f64) {
+    let (mut all_a, mut all_b) = (Vec::new(), Vec::new());
+    let mut resource_metrics = Vec::new();
+    for r in 0..replicas {
+        let scale = 1.0 + 0.05 * ((r as f64 * 0.37).sin());
+        let b = r < on_b;
+        let version = if b { "v2" } else { "v1" };
+        let values: Vec<f64> = lognormal(1000 * w + r as u64, n)
+            .iter()
+            .map(|x| x * scale)
+            .map(|x| if b { regress(x) } else { x })
+            .collect();
+        let pts: Vec<_> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let attrs =
+                    vec![kv("gen_ai.request.model", "llama"), kv("gen_ai.request.id", &format!("r{r}-w{w}-{i}"))];
+                point(attrs, BASE + w * WINDOW + (i as u64) * (WINDOW / n as u64), v)
+            })
+            .collect();
+        if b {
+            all_b.extend(values)
+        } else {
+            all_a.extend(values)
+        }
+        resource_metrics.push(otlp::resource_metrics(
+            vec![
+                kv("service.name", "vllm"),
+                kv("service.version", version),
+                kv("service.instance.id", &format!("vllm-{r}")),
+            ],
+            scope("bench", ""),
+            vec![gauge(METRIC, "s", pts)],
+        ));
+    }
+    let p95 = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        quantile_sorted(v, 0.95).expect("values")
+    };
+    let (qa, qb) = (p95(&mut all_a), p95(&mut all_b));
+    (ExportMetricsServiceRequest { resource_metrics }, qa, qb)
+}
+
+fn fleet_cfg() -> serde_json::Value {
+    json!({"metric": METRIC, "version_attribute": "service.version", "statistic": "p95", "window": "10m"})
+}
+
+#[test]
+fn delta_ab_pools_a_fleet_regression_on_3_of_8_replicas() {
+    // B (3 replicas) is 10 % slower and 5 ms on top; A runs on the other 5. Unpaired traffic.
+    let mut h = Harness::new(fleet_cfg());
+    let (req, qa, qb) = fleet_window(0, 8, 3, 300, |x| x * 1.10 + 0.005);
+    assert!(h.process_metrics(&req).is_empty());
+    let out = h.advance(BASE + WINDOW);
+    let o = out.iter().find(|o| o.name == "llm.anomaly.score").expect("a comparison");
+    assert_eq!((o.attr("delta_ab.baseline"), o.attr("delta_ab.candidate")), ("v1", "v2"));
+    assert_eq!(o.attr("gen_ai.request.model"), "llama");
+    // pooled over the replicas of each version
+    assert_eq!((o.num("delta_ab.n_baseline"), o.num("delta_ab.n_candidate")), (1500.0, 900.0));
+    assert_eq!(o.attr("delta_ab.mode"), "window", "independent traffic: unpaired bootstrap");
+    assert_eq!(o.attr("delta_ab.verdict"), "regression");
+    // the alert's baseline and deviation: the pooled p95s and their difference
+    assert!((o.num("delta_ab.value_baseline") - qa).abs() < 1e-9, "{o:?} vs {qa}");
+    assert!((o.num("delta_ab.value_candidate") - qb).abs() < 1e-9, "{o:?} vs {qb}");
+    assert!((o.value - (qb - qa) * 1e3).abs() < 1e-6, "Δ in ms: {} vs {}", o.value, (qb - qa) * 1e3);
+    assert!(o.num("delta_ab.ci_low") > 5.0, "{o:?}");
+    let level = out.iter().find(|o| o.name == "llm.anomaly.level").expect("level");
+    assert!(level.value >= 0.8, "{level:?}");
+}
+
+#[test]
+fn delta_ab_fleet_aa_split_of_8_replicas_gives_no_regression() {
+    let mut h = Harness::new(fleet_cfg());
+    let mut seen = 0;
+    for w in 0..8u64 {
+        let (req, _, _) = fleet_window(w, 8, 3, 300, |x| x);
+        assert!(h.process_metrics(&req).is_empty());
+        for o in h.advance(BASE + (w + 1) * WINDOW).iter().filter(|o| o.name == "llm.anomaly.score") {
+            assert_eq!(o.attr("delta_ab.candidate"), "v2");
+            assert_ne!(o.attr("delta_ab.verdict"), "regression", "window {w}: {o:?}");
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 8, "one comparison per window");
+}

@@ -46,6 +46,8 @@ pub enum Fault {
     SlowDrift(SlowDrift),
     /// See [`VersionRegression`].
     VersionRegression(VersionRegression),
+    /// See [`Slowdown`].
+    Slowdown(Slowdown),
 }
 
 fn d_zero() -> SimDuration {
@@ -293,6 +295,34 @@ impl VersionRegression {
     }
 }
 
+/// Slowdown: one replica gets uniformly slower (a throttled or degraded GPU, a noisy neighbour).
+///
+/// From `onset`, every step takes `1 + (factor − 1) · level` times as long (level ramps 0 → 1
+/// over `ramp`). At low load TTFT, TPOT and e2e rise by about `factor − 1` (30 % at 1.3), more
+/// once queueing sets in. Nothing else changes: the fleet's other replicas are the baseline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Slowdown {
+    /// Start.
+    #[serde(default = "d_zero")]
+    pub onset: SimDuration,
+    /// Step-time multiplier at full strength (>= 1; default 1.3).
+    #[serde(default = "Slowdown::default_factor")]
+    pub factor: f64,
+    /// Time to reach full strength (default 0).
+    #[serde(default = "d_zero")]
+    pub ramp: SimDuration,
+    /// End (none: forever).
+    #[serde(default)]
+    pub until: Option<SimDuration>,
+}
+
+impl Slowdown {
+    fn default_factor() -> f64 {
+        1.3
+    }
+}
+
 /// What the active faults do to one engine step (the product of all of them).
 #[derive(Clone, Debug, PartialEq)]
 pub struct FaultEffects {
@@ -376,6 +406,7 @@ impl Fault {
             Fault::QueueBlocking(_) => "queue_blocking",
             Fault::SlowDrift(_) => "slow_drift",
             Fault::VersionRegression(_) => "version_regression",
+            Fault::Slowdown(_) => "slowdown",
         }
     }
 
@@ -389,6 +420,7 @@ impl Fault {
             Fault::QueueBlocking(f) => f.onset,
             Fault::SlowDrift(f) => f.onset,
             Fault::VersionRegression(f) => f.onset,
+            Fault::Slowdown(f) => f.onset,
         }
     }
 
@@ -423,6 +455,10 @@ impl Fault {
                 sh_opt(&mut f.until)
             }
             Fault::VersionRegression(f) => {
+                sh(&mut f.onset);
+                sh_opt(&mut f.until)
+            }
+            Fault::Slowdown(f) => {
                 sh(&mut f.onset);
                 sh_opt(&mut f.until)
             }
@@ -491,6 +527,12 @@ impl Fault {
                 }
                 finite_nonneg(f.strength, "strength")
             }
+            Fault::Slowdown(f) => {
+                if !(f.factor.is_finite() && f.factor >= 1.0) {
+                    return Err("slowdown: factor must be >= 1".into());
+                }
+                Ok(())
+            }
         }
     }
 
@@ -554,6 +596,12 @@ impl Fault {
                 if applies && level(t, f.onset, SimDuration(0.0), f.until) > 0.0 {
                     fx.prefill_extra_ns += (f.strength.max(0.0) * 1e6) as Nanos;
                     fx.decode_mult /= 1.0 - f.throughput_loss;
+                }
+            }
+            Fault::Slowdown(f) => {
+                let l = level(t, f.onset, f.ramp, f.until);
+                if l > 0.0 {
+                    fx.step_mult *= 1.0 + (f.factor - 1.0) * l;
                 }
             }
         }
@@ -644,6 +692,16 @@ mod tests {
         assert_eq!(set.effects(0, "B").prefill_extra_ns, 5_000_000);
         assert!(set.faults[0].is_active(0, "B"));
         assert!(!set.faults[0].is_active(0, "A"));
+    }
+
+    #[test]
+    fn slowdown_ramps_to_its_factor() {
+        let set = FaultSet::from_json(r#"{"faults":[{"kind":"slowdown","onset":10,"factor":1.3,"ramp":10}]}"#).unwrap();
+        let s = 1_000_000_000;
+        assert_eq!(set.effects(9 * s, "v").step_mult, 1.0);
+        assert!((set.effects(15 * s, "v").step_mult - 1.15).abs() < 1e-9);
+        assert!((set.effects(30 * s, "v").step_mult - 1.3).abs() < 1e-9);
+        assert!(FaultSet::from_json(r#"{"faults":[{"kind":"slowdown","factor":0.9}]}"#).is_err());
     }
 
     #[test]

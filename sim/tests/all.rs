@@ -2,6 +2,7 @@
 mod engine_calibration;
 mod engine_faults;
 mod engine_invariants;
+mod scenario_fleet;
 mod scenario_format;
 mod scenario_library;
 mod scenario_runs;

@@ -36,8 +36,8 @@ import requests
 import yaml
 
 from support.agent import Ports, free_port, parse_openmetrics
-from support.kube import (AGENT, POD, REPO, agent_workload, objects, one, pipeline_text, pod_env, render,  # noqa: F401
-                          start_healthy, tool, wait_for)
+from support.kube import (AGENT, POD, REPO, agent_workload, objects, off_cluster, one, pipeline_text, pod_env,  # noqa: F401
+                          render, start_healthy, tool, wait_for)
 from support.sim import FAST_ANSWERS, FAST_GPU, sim_bin, sims  # noqa: F401 (fixtures)
 
 ROLES = ("sidecar", "node-agent", "gateway")
@@ -47,11 +47,13 @@ NAMESPACE = {"sidecar": "inferwatch", "node-agent": "inferwatch-node", "gateway"
 STATE_DIR = "/var/lib/inferwatch/state"
 DOWNWARD_ENV = ("K8S_POD_NAME", "K8S_NAMESPACE_NAME", "K8S_NODE_NAME", "K8S_POD_UID", "K8S_CONTAINER_NAME")
 EXPECTED_KINDS = {
-    "sidecar": {"Namespace", "ConfigMap", "Deployment", "Service", "PodMonitor", "PrometheusRule", "NetworkPolicy"},
+    "sidecar": {"Namespace", "ConfigMap", "Deployment", "Service", "PodMonitor", "PrometheusRule", "NetworkPolicy",
+                "ServiceAccount"},
     "node-agent": {"Namespace", "ConfigMap", "DaemonSet", "Service", "PodMonitor", "PrometheusRule", "NetworkPolicy",
                    "ServiceAccount", "ClusterRole", "ClusterRoleBinding"},
     "gateway": {"Namespace", "ConfigMap", "Deployment", "Service", "ServiceMonitor", "PrometheusRule", "NetworkPolicy",
-                "PodDisruptionBudget", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"},
+                "PodDisruptionBudget", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                "HorizontalPodAutoscaler"},
 }
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 # Golden-signal families (llm_signals; docs/llm-signals.md) the sidecar's exporter must carry the
@@ -98,12 +100,11 @@ def test_overlay_renders_every_object_in_the_namespace(rendered, role):
     # The settings reach the agent by envFrom (the reference follows the generated name).
     _, _, c = agent_workload(docs)
     refs = [s["configMapRef"]["name"] for s in c.get("envFrom", [])]
-    if role != "gateway":
-        assert any(r.startswith("inferwatch-settings-") for r in refs), refs
-        settings = one(docs, "ConfigMap", next(r for r in refs if r.startswith("inferwatch-settings-")))["data"]
-        assert settings["ALERTMANAGER_URL"].startswith("http"), settings
-        for k in ("SLO_TTFT_P95", "SLO_TPOT_P95", "SLO_E2E_P99", "SLO_LATENCY_TARGET", "SLO_ERROR_TARGET"):
-            assert settings[k], k
+    assert any(r.startswith("inferwatch-settings-") for r in refs), refs
+    settings = one(docs, "ConfigMap", next(r for r in refs if r.startswith("inferwatch-settings-")))["data"]
+    assert settings["ALERTMANAGER_URL"].startswith("http"), settings
+    for k in ("SLO_TTFT_P95", "SLO_TPOT_P95", "SLO_E2E_P99", "SLO_LATENCY_TARGET", "SLO_ERROR_TARGET", "GATEWAY_SERVICE"):
+        assert settings[k], k
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -170,7 +171,8 @@ def test_agent_pod_is_hardened_probed_and_sized(rendered, role):
     if role == "gateway":
         svc = one(docs, "Service", "inferwatch-gateway")
         assert svc["spec"]["clusterIP"] == "None"
-        assert workload["spec"]["replicas"] >= 2
+        # The autoscaler owns the replica count (test_gateway_scales_with_an_hpa_on_cpu_only).
+        assert "replicas" not in workload["spec"], workload["spec"].get("replicas")
         # k8s_attributes: read-only pods and namespaces, bound to the gateway's service account.
         assert spec["serviceAccountName"] == "inferwatch-gateway" and spec["automountServiceAccountToken"] is True
         role_rules = one(docs, "ClusterRole", "inferwatch-gateway")["rules"]
@@ -181,7 +183,9 @@ def test_agent_pod_is_hardened_probed_and_sized(rendered, role):
         rules = pipeline["processors"]["k8s_attributes"]["pod_association"]
         assert [r["sources"] for r in rules] == [[{"from": "resource_attribute", "name": "k8s.pod.uid"}],
                                                  [{"from": "connection"}]], rules
-        assert all("k8s_attributes" in p["processors"] for p in pipeline["service"]["pipelines"].values())
+        # Every pipeline reading the agents' data associates it (the others read connectors fed by those).
+        from_agents = [p for p in pipeline["service"]["pipelines"].values() if "otlp" in p["receivers"]]
+        assert len(from_agents) >= 3 and all("k8s_attributes" in p["processors"] for p in from_agents), from_agents
         # Forwarding agents (whose connection is their own pod) are excluded from association.
         excluded = [p["name"] for p in pipeline["processors"]["k8s_attributes"]["exclude"]["pods"]]
         for agent_pod in ["inferwatch-node-agent-7xk2p", "inferwatch-gateway-5d9c8-abcde"]:
@@ -253,14 +257,24 @@ def test_overlays_apply_to_one_cluster_in_any_order(rendered):
                 assert labels.get(PSA + "audit") == labels.get(PSA + "warn") == "restricted", labels
     assert pod_ns == NAMESPACE, pod_ns
 
-    # Every binding names a service account the same overlay creates, in its pods' namespace.
+    # Every binding names service accounts an overlay creates: its own, in its pods' namespace,
+    # or (the gateway's EndpointSlices, for the agents' `loadbalancing`) the account an agent
+    # overlay's pods run as, in that overlay's namespace.
+    accounts = {role: {object_key(d)[1:] for d in objects(rendered[role][1], "ServiceAccount")} for role in ROLES}
+    runs_as = {}
+    for role in ROLES:
+        workload, spec, _ = agent_workload(rendered[role][1])
+        runs_as[role] = (workload["metadata"]["namespace"], spec.get("serviceAccountName", "default"))
     for role in ROLES:
         docs = rendered[role][1]
-        accounts = {object_key(d)[1:] for d in objects(docs, "ServiceAccount")}
         for b in objects(docs, "ClusterRoleBinding") + objects(docs, "RoleBinding"):
             for s in b["subjects"]:
-                assert s["kind"] == "ServiceAccount" and (s["namespace"], s["name"]) in accounts, (role, b["subjects"])
-                assert s["namespace"] == pod_ns[role], (role, s)
+                key = (s.get("namespace"), s["name"])
+                assert s["kind"] == "ServiceAccount", (role, b["metadata"]["name"], s)
+                owner = role if key in accounts[role] else next((r for r in ROLES if runs_as[r] == key), None)
+                assert owner is not None and key in accounts[owner], \
+                    f"overlays/{role} binding {b['metadata']['name']} names {key}, which no overlay's pods run as"
+                assert s["namespace"] == pod_ns[owner], (role, s)
 
 
 def test_service_dns_names_in_docs_and_manifests_exist(rendered):
@@ -276,6 +290,253 @@ def test_service_dns_names_in_docs_and_manifests_exist(rendered):
             assert (name, ns) in services, f"{f.relative_to(REPO)} names {name}.{ns}.svc, no overlay renders it"
     assert {s for s in named if s[0] in ("inferwatch-gateway", "inferwatch-node-agent")} == \
         {s for s in services if s[0] in ("inferwatch-gateway", "inferwatch-node-agent")}, named
+
+
+# --- the fleet tier ---------------------------------------------------------------------------
+
+
+AGENTS = ("sidecar", "node-agent")
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """`${env:VAR:-default}` as core substitutes it: the default only when VAR is unset."""
+    return _ENV_REF.sub(lambda m: env[m.group(1)] if m.group(1) in env else (m.group(2) or ""), text)
+
+
+def pod_pipeline(docs: list[dict]) -> dict:
+    """The agent's pipeline as its pod reads it (the pod's environment substituted)."""
+    workload, spec, c = agent_workload(docs)
+    return yaml.safe_load(expand(pipeline_text(docs, spec, c), pod_env(docs, workload, c)))
+
+
+def grants(rules: list[dict], group: str, resource: str, verbs: set[str]) -> bool:
+    return any(group in r.get("apiGroups", []) and resource in r.get("resources", []) and verbs <= set(r["verbs"])
+               for r in rules)
+
+
+@pytest.mark.parametrize("role", AGENTS)
+def test_agents_route_by_model_to_the_gateways_headless_service_with_rbac_for_it(rendered, role):
+    _, docs = rendered[role]
+    _, gw_docs = rendered["gateway"]
+    pipeline = pod_pipeline(docs)
+    lb = pipeline["exporters"]["loadbalancing"]
+    assert lb["routing_key"] == "attributes" and lb["routing_attributes"] == ["gen_ai.request.model"], lb
+    assert "endpoint" not in lb["protocol"]["otlp"], "the resolver gives the endpoints"
+    # The resolver's Service is the gateway's headless Service, on its OTLP/gRPC port.
+    k8s = lb["resolver"]["k8s"]
+    assert set(lb["resolver"]) == {"k8s"}, lb["resolver"]
+    name, _, ns = k8s["service"].partition(".")
+    svc = one(gw_docs, "Service", name)
+    assert svc["metadata"]["namespace"] == ns == NAMESPACE["gateway"], (k8s, svc["metadata"])
+    assert svc["spec"]["clusterIP"] == "None", "a ClusterIP Service would hide the replicas behind one address"
+    gw_workload, gw_spec, gw_c = agent_workload(gw_docs)
+    assert svc["spec"]["selector"].items() <= gw_workload["spec"]["template"]["metadata"]["labels"].items()
+    # EndpointSlices list the pods' ports (the Service port's target), which the ring dials.
+    target = next(p["targetPort"] for p in svc["spec"]["ports"] if p["name"] == "otlp-grpc")
+    container_port = next(p["containerPort"] for p in gw_c["ports"] if target in (p["name"], p["containerPort"]))
+    assert k8s["ports"] == [container_port], (k8s, gw_c["ports"])
+    gw_grpc = pod_env(gw_docs, gw_workload, gw_c)["INFERWATCH_GRPC_ENDPOINT"]
+    assert gw_grpc == f"0.0.0.0:{container_port}", gw_grpc
+    # Spans, golden-signal series and alerts all go to the tier.
+    used = {n for n, p in pipeline["service"]["pipelines"].items() if "loadbalancing" in p["exporters"]}
+    assert used == {"traces", "metrics/detect", "logs/alerts"}, used
+
+    # RBAC: the account the agent's pods run as exists in its overlay and is bound, in the
+    # gateway's namespace, to a Role with list/watch on discovery.k8s.io EndpointSlices.
+    workload, spec, c = agent_workload(docs)
+    sa = spec.get("serviceAccountName")
+    assert sa and one(docs, "ServiceAccount", sa)["metadata"]["namespace"] == workload["metadata"]["namespace"]
+    subject = {"kind": "ServiceAccount", "name": sa, "namespace": workload["metadata"]["namespace"]}
+    bound = [b for b in objects(gw_docs, "RoleBinding") if subject in b["subjects"]]
+    assert bound, f"no RoleBinding of overlays/gateway names {subject}"
+    for b in bound:
+        assert b["metadata"]["namespace"] == ns and b["roleRef"]["kind"] == "Role"
+        role_obj = one(gw_docs, "Role", b["roleRef"]["name"])
+        assert role_obj["metadata"]["namespace"] == ns
+        assert grants(role_obj["rules"], "discovery.k8s.io", "endpointslices", {"list", "watch"}), role_obj
+        # What the resolver does (list + watch), EndpointSlices only: not even `get`.
+        assert all(set(r["verbs"]) <= {"list", "watch"} and r["resources"] == ["endpointslices"]
+                   for r in role_obj["rules"]), role_obj["rules"]
+    # The token reaches the agent's container (where in-cluster clients read it), and only it.
+    if spec.get("automountServiceAccountToken") is not False:
+        assert [x["name"] for x in spec["containers"]] == [AGENT], "a pod-wide token would reach other containers"
+    else:
+        mount = next((m for m in c["volumeMounts"] if m["mountPath"] == TOKEN_DIR), None)
+        assert mount, f"no service account token at {TOKEN_DIR} in the agent's container"
+        vol = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+        sources = vol["projected"]["sources"]
+        assert any("serviceAccountToken" in x for x in sources), sources
+        assert any(x.get("configMap", {}).get("name") == "kube-root-ca.crt" for x in sources), sources
+        others = [m for x in spec["containers"] if x["name"] != AGENT for m in x.get("volumeMounts", [])]
+        assert not [m for m in others if m["name"] == mount["name"] or m["mountPath"].startswith(TOKEN_DIR)], others
+
+
+def selects(selector: dict | None, labels: dict[str, str]) -> bool:
+    """A LabelSelector as the API server reads it: matchLabels and matchExpressions, ANDed."""
+    if selector is None:
+        return True
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        present, value = e["key"] in labels, labels.get(e["key"])
+        ok = {"In": present and value in e.get("values", []), "NotIn": not present or value not in e.get("values", []),
+              "Exists": present, "DoesNotExist": not present}[e["operator"]]
+        if not ok:
+            return False
+    return True
+
+
+def admits(policy: dict, policy_ns: str, ns_labels: dict[str, str], pod_labels: dict[str, str], port: int) -> bool:
+    """Whether an Ingress NetworkPolicy admits a pod (labels, its namespace's labels) to `port`."""
+    for rule in policy["spec"].get("ingress", []):
+        ports = rule.get("ports")
+        if ports and not any(p.get("port") == port and p.get("protocol", "TCP") == "TCP" for p in ports):
+            continue
+        peers = rule.get("from")
+        if not peers:
+            return True
+        for peer in peers:
+            assert "ipBlock" not in peer, peer
+            if "namespaceSelector" in peer:
+                ns_ok = selects(peer["namespaceSelector"], ns_labels)
+            else:  # a podSelector alone: the policy's own namespace
+                ns_ok = ns_labels.get("kubernetes.io/metadata.name") == policy_ns
+            if ns_ok and selects(peer.get("podSelector"), pod_labels):
+                return True
+    return False
+
+
+def test_gateway_network_policy_admits_otlp_from_the_agents_only(rendered):
+    _, gw_docs = rendered["gateway"]
+    gw_workload, _, _ = agent_workload(gw_docs)
+    gw_ns = gw_workload["metadata"]["namespace"]
+    policies = [p for p in objects(gw_docs, "NetworkPolicy")
+                if selects(p["spec"]["podSelector"], gw_workload["spec"]["template"]["metadata"]["labels"])]
+    assert len(policies) == 1, policies
+    policy = policies[0]
+    assert policy["spec"]["policyTypes"] == ["Ingress"], policy["spec"]
+
+    def ns_labels(docs: list[dict], name: str) -> dict[str, str]:
+        # The API server adds kubernetes.io/metadata.name to every namespace.
+        ns = one(docs, "Namespace", name)
+        return {**(ns["metadata"].get("labels") or {}), "kubernetes.io/metadata.name": name}
+
+    def ok(nsl: dict[str, str], pod: dict[str, str], port: int) -> bool:
+        return admits(policy, gw_ns, nsl, pod, port)
+
+    otlp = (4317, 4318)
+    agent_pods = {}
+    for role in AGENTS:
+        _, docs = rendered[role]
+        workload, _, _ = agent_workload(docs)
+        ns = workload["metadata"]["namespace"]
+        pod = workload["spec"]["template"]["metadata"]["labels"]
+        agent_pods[role] = pod
+        for port in otlp:
+            assert ok(ns_labels(docs, ns), pod, port), f"{role}'s pods in {ns} cannot reach the gateway on {port}"
+    # vLLM (the sidecar overlay) in a namespace of the user's: admitted once it carries the label
+    # docs/kubernetes.md names, not before.
+    label = "inferwatch.io/gateway-client"
+    assert label in (REPO / "docs" / "kubernetes.md").read_text(), f"docs/kubernetes.md does not name {label}"
+    user_ns = {"kubernetes.io/metadata.name": "team-llm"}
+    assert not ok(user_ns, agent_pods["sidecar"], 4317)
+    assert ok({**user_ns, label: "true"}, agent_pods["sidecar"], 4317)
+    # Not an arbitrary pod: not in the agents' namespaces, not with the agents' labels elsewhere,
+    # not a node agent's labels outside inferwatch-node, not a claimed namespace name label.
+    _, sc_docs = rendered["sidecar"]
+    _, na_docs = rendered["node-agent"]
+    for port in otlp:
+        assert not ok(ns_labels(sc_docs, "inferwatch"), {"app": "curl"}, port)
+        assert not ok(ns_labels(na_docs, "inferwatch-node"), {"app": "curl"}, port)
+        assert not ok({"kubernetes.io/metadata.name": "default"}, agent_pods["sidecar"], port)
+        assert not ok({"kubernetes.io/metadata.name": "default"}, agent_pods["node-agent"], port)
+        assert not ok({**user_ns, label: "true"}, agent_pods["node-agent"], port)
+        assert not ok({**user_ns, label: "true"}, {"app": "curl"}, port)
+        assert not ok(ns_labels(sc_docs, "inferwatch"), gw_workload["spec"]["template"]["metadata"]["labels"], port)
+    # Prometheus (any namespace, any pod) still scrapes the self-metrics and the signals.
+    for port in (8888, 8889):
+        assert ok({"kubernetes.io/metadata.name": "monitoring"}, {"app.kubernetes.io/name": "prometheus"}, port)
+    # Nothing else is open.
+    assert not ok(ns_labels(sc_docs, "inferwatch"), agent_pods["sidecar"], 13133)
+
+
+def test_gateway_scales_with_an_hpa_on_cpu_only(rendered):
+    _, docs = rendered["gateway"]
+    workload, spec, c = agent_workload(docs)
+    hpas = objects(docs, "HorizontalPodAutoscaler")
+    assert len(hpas) == 1, hpas
+    hpa = hpas[0]
+    assert hpa["apiVersion"] == "autoscaling/v2", hpa["apiVersion"]
+    ref = hpa["spec"]["scaleTargetRef"]
+    assert (ref["apiVersion"], ref["kind"], ref["name"]) == ("apps/v1", workload["kind"], workload["metadata"]["name"])
+    assert hpa["metadata"]["namespace"] == workload["metadata"]["namespace"]
+    assert 2 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"], hpa["spec"]
+    pdb = one(docs, "PodDisruptionBudget", "inferwatch-gateway")
+    assert pdb["spec"]["minAvailable"] < hpa["spec"]["minReplicas"], "a drain could never evict a gateway"
+    # CPU only: memory is bounded by the memory_limiter, far above the request, and does not fall
+    # with the load, so a memory target would pin the tier at maxReplicas (each step a state split).
+    assert all(m["type"] == "Resource" for m in hpa["spec"]["metrics"]), hpa["spec"]["metrics"]
+    targets = {m["resource"]["name"]: m["resource"]["target"] for m in hpa["spec"]["metrics"]}
+    assert set(targets) == {"cpu"}, hpa["spec"]["metrics"]
+    t = targets["cpu"]
+    assert t["type"] == "Utilization" and 0 < t["averageUtilization"] <= 90, t
+    # Utilisation is against the requests: every container must have one.
+    assert all("cpu" in x["resources"]["requests"] for x in spec["containers"]), spec["containers"]
+    # Why memory is left out holds: the limiter's bound is above the request's memory.
+    limiter = float(pod_env(docs, workload, c)["INFERWATCH_MEMORY_LIMIT_MIB"])
+    assert limiter > mib(c["resources"]["requests"]["memory"]), (limiter, c["resources"])
+    # A scaled-down pod drains its queue before the kubelet kills it.
+    pipeline = yaml.safe_load(pipeline_text(docs, spec, c))
+    drain = pipeline["service"]["shutdown_timeout"]
+    assert drain.endswith("s") and float(drain[:-1]) < spec["terminationGracePeriodSeconds"], drain
+    # Scale-down moves a gateway's models to the others: slower than scale-up, one pod at a time.
+    down = hpa["spec"]["behavior"]["scaleDown"]
+    assert down["stabilizationWindowSeconds"] >= 300, down
+    assert all(p["type"] == "Pods" and p["value"] == 1 for p in down["policies"]), down
+
+
+def test_gateway_overlay_runs_the_gateway_pipeline_plus_k8s_attributes(rendered, inferwatch_bin, tmp_path):
+    """deploy/pipelines/gateway.yaml is the gateway; the overlay's ConfigMap is the same pipeline
+    with k8s_attributes in front (kustomize cannot read a file outside the overlay, so there are
+    two files): compared as the binary reads them, with the pod's environment."""
+    _, docs = rendered["gateway"]
+    workload, spec, c = agent_workload(docs)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **pod_env(docs, workload, c)}
+    env["INFERWATCH_STATE_DIR"] = str(tmp_path / "state")
+    pod_cfg = tmp_path / "overlay.yaml"
+    pod_cfg.write_text(pipeline_text(docs, spec, c))
+
+    def effective(cfg: Path) -> dict:
+        r = subprocess.run([inferwatch_bin, "print-config", "--config", str(cfg)], capture_output=True, text=True,
+                           timeout=60, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, f"{cfg}:\n{r.stdout}{r.stderr}"
+        return yaml.safe_load(r.stdout)
+
+    overlay = effective(pod_cfg)
+    host = effective(REPO / "deploy" / "pipelines" / "gateway.yaml")
+    assert "k8s_attributes" in overlay["processors"] and "k8s_attributes" not in host["processors"]
+    del overlay["processors"]["k8s_attributes"]
+    for p in overlay["service"]["pipelines"].values():
+        p["processors"] = [x for x in p.get("processors", []) if x != "k8s_attributes"]
+    for p in host["service"]["pipelines"].values():
+        p["processors"] = p.get("processors", [])
+    assert overlay == host, "overlays/gateway/pipeline.yaml and deploy/pipelines/gateway.yaml differ"
+    # The fleet detectors read what the agents send.
+    peers = host["service"]["pipelines"]["metrics/peers"]
+    assert peers["receivers"] == ["otlp"] and "peer_outlier" in peers["processors"] and "alerts" in peers["exporters"]
+    ab = host["service"]["pipelines"]["metrics/ab"]
+    assert "delta_ab" in ab["processors"] and "alerts" in ab["exporters"]
+    assert host["processors"]["delta_ab"]["group_by"] == ["gen_ai.request.model"], "pooled over the replicas"
+    assert host["exporters"]["otlp"]["sending_queue"]["storage"] == "file_storage/queue"
+
+
+def test_gateway_host_pipeline_validates_as_shipped(inferwatch_bin, tmp_path):
+    r = subprocess.run([inferwatch_bin, "validate", "--config", str(REPO / "deploy" / "pipelines" / "gateway.yaml")],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path, stdin=subprocess.DEVNULL,
+                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    assert r.returncode == 0 and "configuration is valid" in r.stdout, r.stdout + r.stderr
 
 
 # --- checkov ------------------------------------------------------------------------------------
@@ -420,7 +681,7 @@ def test_sidecar_pod_on_a_box_puts_the_pod_identity_on_the_golden_signals(
     model = next(a.split("=", 1)[1] for a in vllm["args"] if a.startswith("--served-model-name="))
 
     ports, prom_port = Ports(), free_port()
-    sink = grpc_sink()
+    sink, gateway = grpc_sink(), grpc_sink()
     sim = sims("vllm", "--served-model-name", model, "--otlp-traces-endpoint", f"grpc://{ports.grpc_endpoint}",
                "--otlp-batch-delay-ms", "100", config={**FAST_ANSWERS, "engine": {"gpu": FAST_GPU}},
                env={"OTEL_RESOURCE_ATTRIBUTES": vllm_env["OTEL_RESOURCE_ATTRIBUTES"]})
@@ -439,7 +700,8 @@ def test_sidecar_pod_on_a_box_puts_the_pod_identity_on_the_golden_signals(
     for k in list(os.environ):
         if k.startswith(("K8S_", "INFERWATCH_", "SLO_", "LLM_SIGNALS_", "OTEL_")) and k not in env:
             env[k] = ""
-    agent = agents("sidecar", pipeline_text(docs, spec, c), ports, start=False, env=env)
+    # The gateway tier: a local sink in place of the EndpointSlices of its Service (no API server).
+    agent = agents("sidecar", off_cluster(pipeline_text(docs, spec, c), [gateway.endpoint]), ports, start=False, env=env)
     start_healthy(agent, ports)
     bench = subprocess.Popen([sim_bin, "bench", "--endpoint", sim.url, "--model", model, "--rate", "10",
                               "--duration", "30s", "--max-tokens", "8", "--prompt-tokens", "64", "--quiet"],
@@ -459,17 +721,24 @@ def test_sidecar_pod_on_a_box_puts_the_pod_identity_on_the_golden_signals(
         print(f"golden-signal series with the pod identity: {sorted(hits)}")
         assert not missing, f"golden-signal series without the pod identity: {sorted(missing)}"
 
-        def spans_with_identity():
-            for resource_spans, _, _ in sink.spans():
-                attrs = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
-                if attrs.get("k8s.pod.name"):
-                    return attrs
-            return None
+        def spans_with_identity(at):
+            def find():
+                for resource_spans, _, _ in at.spans():
+                    attrs = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+                    if attrs.get("k8s.pod.name"):
+                        return attrs
+                return None
+            return find
 
-        attrs = wait_for("spans at the OTLP sink with k8s.pod.name", spans_with_identity, 20)
-        assert attrs["k8s.pod.name"] == POD["metadata.name"] and attrs["k8s.namespace.name"] == "inferwatch"
-        assert attrs["k8s.node.name"] == POD["spec.nodeName"] and attrs["k8s.container.name"] == AGENT
-        assert attrs.get("gen_ai.request.model") == model   # vLLM's own resource is kept
+        # Passed on to OTLP_ENDPOINT and, routed by model, to the gateway tier.
+        for name, at in (("OTLP sink", sink), ("gateway", gateway)):
+            attrs = wait_for(f"spans at the {name} with k8s.pod.name", spans_with_identity(at), 20)
+            assert attrs["k8s.pod.name"] == POD["metadata.name"] and attrs["k8s.namespace.name"] == "inferwatch"
+            assert attrs["k8s.node.name"] == POD["spec.nodeName"] and attrs["k8s.container.name"] == AGENT
+            assert attrs.get("gen_ai.request.model") == model   # vLLM's own resource is kept
+        # The golden signals reach the gateway tier too (its fleet detectors' input).
+        wait_for("llm.ttft.p95 at the gateway", lambda: any(
+            m.name == "llm.ttft.p95" for _, _, m in gateway.metrics()), 30)
     finally:
         bench.terminate()
         bench.wait(20)

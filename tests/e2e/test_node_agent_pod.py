@@ -27,7 +27,7 @@ import requests
 import yaml
 
 from support.agent import Ports, closed_port, free_port, parse_openmetrics
-from support.kube import POD, agent_workload, pipeline_text, pod_env, render, start_healthy, wait_for
+from support.kube import POD, agent_workload, off_cluster, pipeline_text, pod_env, render, start_healthy, wait_for
 from support.kubelet import PodResources, ProcFs, cgroupfs_v1, systemd_v2
 
 GPU0 = "GPU-00000000-0000-0000-0000-fa4e00000000"   # the fake source's UUIDs (docs/nvml.md)
@@ -61,7 +61,7 @@ def start_node_agent(agents, tmp_path, sink_endpoint: str, socket):
     """The node agent as the DaemonSet runs it, on this box; returns (agent, ports, prometheus port)."""
     _, docs = render("node-agent")
     workload, spec, c = agent_workload(docs)
-    text = pipeline_text(docs, spec, c)
+    text = off_cluster(pipeline_text(docs, spec, c), [sink_endpoint])   # the gateway tier: the sink
     shipped = yaml.safe_load(text)
     assert shipped["receivers"]["nvml"]["pod_attribution"]["proc_root"] == "/host/proc", "the shipped proc_root"
     mounts = {m["mountPath"] for m in c["volumeMounts"]}

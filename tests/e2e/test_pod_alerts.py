@@ -27,7 +27,7 @@ import subprocess
 import pytest
 
 from support.agent import Ports, free_port
-from support.kube import POD, agent_workload, pipeline_text, pod_env, render, start_healthy, wait_for
+from support.kube import POD, agent_workload, off_cluster, pipeline_text, pod_env, render, start_healthy, wait_for
 from support.sim import FAST_ANSWERS, sim_bin, sims  # noqa: F401 (fixtures)
 
 EVENT_NAME = "llm.degradation.alert"
@@ -71,7 +71,7 @@ def test_sidecar_pod_on_a_box_puts_the_pod_identity_on_its_alerts(
     for k in list(os.environ):
         if k.startswith(("K8S_", "INFERWATCH_", "SLO_", "LLM_SIGNALS_", "OTEL_", "ALERTMANAGER_")) and k not in env:
             env[k] = ""
-    agent = agents("sidecar", pipeline_text(docs, spec, c), ports, start=False, env=env,
+    agent = agents("sidecar", off_cluster(pipeline_text(docs, spec, c), [grpc_sink().endpoint]), ports, start=False, env=env,
                    extra_args=("--set", "connectors::alerts::for=5s"))
     start_healthy(agent, ports)
     bench = subprocess.Popen([sim_bin, "bench", "--endpoint", sim.url, "--model", model, "--rate", "4",

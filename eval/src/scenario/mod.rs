@@ -3,6 +3,7 @@
 //! scored against the ground truth.
 
 pub mod feed;
+pub mod fleet;
 pub mod pipeline;
 pub mod score;
 pub mod truth;

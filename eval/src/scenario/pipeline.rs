@@ -17,6 +17,12 @@ pub fn variables(truth: &GroundTruth) -> BTreeMap<&'static str, String> {
     v
 }
 
+/// The pipeline of fleet scenarios (the text of eval/configs/fleet.yaml): peer_outlier on
+/// llm_signals' per-replica latency percentiles from the scrapes, and delta_ab pooled over the
+/// fleet per model on per-request TTFT from the spans, the version from `service.version`,
+/// versions paired automatically (the rolled-out one against the most-seen older one).
+pub const FLEET_CONFIG: &str = include_str!("../../configs/fleet.yaml");
+
 /// The default detector pipeline for a scenario (docs/eval.md): the scenario's SLO declared once
 /// to the `slo` processor (its burn-rate rules and its embedded trend_forecast on the SLO's signal
 /// and threshold) on llm_signals from the spans (5-minute windows over exact per-request values:
@@ -25,6 +31,9 @@ pub fn variables(truth: &GroundTruth) -> BTreeMap<&'static str, String> {
 /// scenarios per-request points into delta_ab; all levels into the alerts connector with its
 /// default `for` and per-detector defaults.
 pub fn default_config(truth: &GroundTruth) -> String {
+    if truth.kind() == Kind::Fleet {
+        return FLEET_CONFIG.to_string();
+    }
     let v = variables(truth);
     let signal = &v["SLO_SIGNAL"];
     let threshold = &v["SLO_THRESHOLD"];

@@ -27,6 +27,15 @@ pub struct Firing {
     pub metric: String,
     /// Its instance, if the alert names one.
     pub instance: String,
+    /// The version it names (`service.version`), if any.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// delta_ab's verdict in the alert's evidence, if any.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub verdict: String,
+    /// The detector's score in the evidence (delta_ab: Δ in ms), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
 }
 
 /// Every `fire` transition among the records, in time order.
@@ -41,6 +50,9 @@ pub fn firings(records: &[Record]) -> Vec<Firing> {
             detector: r.attrs.get("detector").cloned().unwrap_or_default(),
             metric: r.attrs.get("metric").cloned().unwrap_or_default(),
             instance: r.attrs.get("service.instance.id").cloned().unwrap_or_default(),
+            version: r.attrs.get("service.version").cloned().unwrap_or_default(),
+            verdict: r.attrs.get("evidence.delta_ab.verdict").cloned().unwrap_or_default(),
+            score: r.attrs.get("evidence.score").and_then(|v| v.parse().ok()),
         })
         .collect();
     out.sort_by(|a, b| a.time_ns.cmp(&b.time_ns).then_with(|| a.detector.cmp(&b.detector)));
@@ -84,6 +96,9 @@ pub struct Outcome {
     pub target: String,
     /// Whether it met it.
     pub pass: bool,
+    /// Fleet scenarios: the per-replica and rollout scores.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<super::fleet::FleetOutcome>,
 }
 
 /// Scores `alerts` (from [`firings`]) against `truth`.
@@ -92,6 +107,9 @@ pub struct Outcome {
 /// A/B run are reported but judged neither way (their signals see two healthy instances).
 pub fn score(truth: &GroundTruth, alerts: &[Firing]) -> Outcome {
     let kind = truth.kind();
+    if let Some(f) = &truth.fleet {
+        return super::fleet::score(truth, f, alerts);
+    }
     let onset = match kind {
         Kind::Healthy => None,
         Kind::Ab => truth.ab.as_ref().filter(|ab| ab.delta_ms.abs() >= 5.0).map(|_| truth.start_time_unix_nano),
@@ -135,6 +153,7 @@ pub fn score(truth: &GroundTruth, alerts: &[Firing]) -> Outcome {
             format!("detected ≤ {:.0} min after onset", FAST_TARGET_S / 60.0),
             delay_s.is_some_and(|d| d <= FAST_TARGET_S) && false_criticals == 0,
         ),
+        Kind::Fleet => (String::new(), false),
         Kind::Drift => {
             let span = onset.zip(breach).map(|(o, b)| (b as f64 - o as f64) / 1e9);
             match span {
@@ -167,5 +186,6 @@ pub fn score(truth: &GroundTruth, alerts: &[Firing]) -> Outcome {
         false_by_detector,
         target,
         pass,
+        fleet: None,
     }
 }

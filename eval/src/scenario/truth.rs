@@ -90,6 +90,54 @@ pub struct GroundTruth {
     /// The A/B comparison, for two-instance scenarios.
     #[serde(default)]
     pub ab: Option<Ab>,
+    /// Fleet scenarios: faulted replicas and the rollout.
+    #[serde(default)]
+    pub fleet: Option<Fleet>,
+}
+
+/// One replica of a fleet.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Replica {
+    /// `service.instance.id`.
+    pub name: String,
+    /// Whether a fault hits it.
+    #[serde(default)]
+    pub faulted: bool,
+    /// When it starts being hit.
+    #[serde(default)]
+    pub fault_onset_unix_nano: Option<u64>,
+}
+
+/// The pooled A/B of a partial rollout.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Rollout {
+    /// Version of the replicas not in the rollout.
+    pub baseline_version: String,
+    /// The rolled-out version.
+    pub candidate_version: String,
+    /// The deploy.
+    pub at_unix_nano: u64,
+    /// Replicas on the candidate version.
+    #[serde(default)]
+    pub candidate_replicas: Vec<String>,
+    /// Measured Δ of the pooled p95 in ms.
+    pub delta_ms: f64,
+    /// Injected regression in ms (0: A/A).
+    #[serde(default)]
+    pub injected_ms: f64,
+}
+
+/// The fleet section of the ground truth.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Fleet {
+    /// The model served.
+    #[serde(default)]
+    pub model: String,
+    /// Every replica.
+    pub replicas: Vec<Replica>,
+    /// The rollout, if any.
+    #[serde(default)]
+    pub rollout: Option<Rollout>,
 }
 
 /// What kind of case a scenario is, for scoring.
@@ -104,6 +152,8 @@ pub enum Kind {
     Drift,
     /// A fast fault: detection delay after the onset.
     Fast,
+    /// A fleet: which replica is named, and the rollout's pooled verdict.
+    Fleet,
 }
 
 impl GroundTruth {
@@ -116,7 +166,9 @@ impl GroundTruth {
     /// The kind of case.
     pub fn kind(&self) -> Kind {
         let kinds: Vec<&str> = self.instances.iter().flat_map(|i| &i.faults).map(|f| f.kind.as_str()).collect();
-        if self.ab.is_some() {
+        if self.fleet.is_some() {
+            Kind::Fleet
+        } else if self.ab.is_some() {
             Kind::Ab
         } else if self.healthy || kinds.is_empty() {
             Kind::Healthy

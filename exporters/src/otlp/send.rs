@@ -77,6 +77,12 @@ impl GrpcSender {
         })
     }
 
+    /// Sets the client authenticator (resolved from the host's extensions; the `loadbalancing`
+    /// exporter builds one sender per backend).
+    pub fn set_auth(&mut self, auth: Option<Arc<dyn ClientAuth>>) {
+        self.auth = auth;
+    }
+
     fn channel(&self) -> Channel {
         self.channel.get_or_init(|| self.endpoint.connect_lazy()).clone()
     }

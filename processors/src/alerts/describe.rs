@@ -17,6 +17,7 @@ pub const ALERTNAMES: &[(&str, &str)] = &[
     ("ewma_chart", "LLMLatencyAnomaly"),
     ("kv_pressure", "LLMKvCachePressure"),
     ("delta_ab", "LLMVersionRegression"),
+    ("peer_outlier", "LLMReplicaSlowerThanPeers"),
     ("coupled_model", "LLMUnexplainedLatency"),
     ("lstm_ae", "LLMMultiSignalAnomaly"),
     ("pca", "LLMMultiSignalAnomaly"),
@@ -223,6 +224,12 @@ pub fn facts(s: &Subject<'_>) -> Facts {
             Facts { value: s.f64("coupled.latency"), baseline: s.f64("coupled.predicted"), ..Facts::default() }
         }
         "kv_pressure" => Facts { value: s.f64("kv_pressure.usage"), ..Facts::default() },
+        "peer_outlier" => Facts {
+            value: s.f64("peer_outlier.value"),
+            baseline: s.f64("peer_outlier.peer_median"),
+            threshold: s.f64("peer_outlier.bound"),
+            ..Facts::default()
+        },
         "delta_ab" => {
             let base = s.f64("delta_ab.value_baseline");
             let th = s.f64("delta_ab.threshold");
@@ -573,7 +580,16 @@ mod tests {
 
     #[test]
     fn every_known_detector_has_a_name() {
-        for d in ["slo_burn", "trend_forecast", "zscore_skew", "kv_pressure", "delta_ab", "coupled_model", "lstm_ae"] {
+        for d in [
+            "slo_burn",
+            "trend_forecast",
+            "zscore_skew",
+            "kv_pressure",
+            "delta_ab",
+            "coupled_model",
+            "lstm_ae",
+            "peer_outlier",
+        ] {
             assert_ne!(alertname(d), DEFAULT_ALERTNAME, "{d}");
         }
         assert_eq!(alertname("custom"), DEFAULT_ALERTNAME);

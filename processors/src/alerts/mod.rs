@@ -133,12 +133,23 @@ pub const BUILTINS: &[Builtin] = &[
     Builtin { detector: "trend_forecast", for_s: 0, stale_after_s: Some(3 * 3600) },
     Builtin { detector: "delta_ab", for_s: 0, stale_after_s: None },
     Builtin { detector: "slo_burn", for_s: 0, stale_after_s: None },
+    // Confirmed over its own `for_windows` consecutive windows.
+    Builtin { detector: "peer_outlier", for_s: 0, stale_after_s: None },
 ];
 
 /// The detectors that emit `llm.anomaly.level` in this build (a `per_detector` key naming another
 /// is only warned about: an external detector may use it).
-pub const KNOWN_DETECTORS: &[&str] =
-    &["zscore_skew", "kv_pressure", "trend_forecast", "delta_ab", "coupled_model", "lstm_ae", "pca", "slo_burn"];
+pub const KNOWN_DETECTORS: &[&str] = &[
+    "zscore_skew",
+    "kv_pressure",
+    "trend_forecast",
+    "delta_ab",
+    "coupled_model",
+    "lstm_ae",
+    "pca",
+    "slo_burn",
+    "peer_outlier",
+];
 
 /// Shortest interval between two points of trend_forecast with its default `aggregate` (1h).
 pub const TREND_FORECAST_CADENCE_S: u64 = 3600;

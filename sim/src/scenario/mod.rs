@@ -17,6 +17,7 @@
 
 pub mod calendar;
 mod drift;
+pub mod fleet;
 pub mod histo;
 pub mod load;
 pub mod otlp;
@@ -95,6 +96,18 @@ fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
 
 /// Semantic checks serde cannot express; the message names the field.
 pub fn validate(sc: &Scenario) -> Result<(), String> {
+    if let Some(f) = &sc.fleet {
+        fleet::check(sc, f)?;
+        return validate_plain(&fleet::expand(sc)?);
+    }
+    if let Some(i) = sc.deploys.iter().position(|d| d.replicas.is_some()) {
+        return Err(format!("deploys[{i}].replicas: needs fleet (use instances)"));
+    }
+    validate_plain(sc)
+}
+
+/// The checks of a scenario with its instances written out.
+fn validate_plain(sc: &Scenario) -> Result<(), String> {
     calendar::parse_rfc3339_utc(&sc.start).map_err(|e| format!("start: {e}"))?;
     check(sc.duration.secs() > 0.0, || "duration: must be > 0".into())?;
     sc.engine.validate().map_err(|e| format!("engine: {e}"))?;

@@ -318,7 +318,9 @@ impl Writers {
 /// into `out_dir` (created if missing).
 pub fn run(sc: &Scenario, out_dir: &Path) -> Result<RunSummary, ScenarioError> {
     super::validate(sc).map_err(|message| ScenarioError::Invalid { path: sc.name.clone(), message })?;
-    let mut p = Prepared::new(sc)?;
+    let expanded =
+        super::fleet::expand(sc).map_err(|message| ScenarioError::Invalid { path: sc.name.clone(), message })?;
+    let mut p = Prepared::new(&expanded)?;
     let mut solved: Vec<Vec<FaultTruth>> = Vec::new();
     for i in 0..p.insts.len() {
         let truths = drift::solve_drifts(&mut p, i)?;
@@ -433,7 +435,21 @@ fn ground_truth(p: &Prepared, lives: &mut [Live], solved: Vec<Vec<FaultTruth>>) 
             slo_windows: windows.iter().map(|r| ((r.index * w) as f64 / 1e9, r.count as u64, r.value)).collect(),
         });
     }
-    let ab = if lives.len() == 2 {
+    let fleet = sc.fleet.as_ref().map(|_| {
+        let runs: Vec<super::fleet::ReplicaRun<'_>> = lives
+            .iter()
+            .zip(&p.insts)
+            .map(|(live, inst)| super::fleet::ReplicaRun {
+                version: &inst.version,
+                deploys: &inst.deploys,
+                share: inst.share,
+                slo: &live.slo,
+                faults: inst.faults.faults.get(..inst.user_faults).unwrap_or_default(),
+            })
+            .collect();
+        super::fleet::truth(sc, p.start_unix, &p.model_name, &instances, &runs)
+    });
+    let ab = if lives.len() == 2 && sc.fleet.is_none() {
         let regression = p
             .insts
             .iter()
@@ -498,5 +514,6 @@ fn ground_truth(p: &Prepared, lives: &mut [Live], solved: Vec<Vec<FaultTruth>>) 
             .collect(),
         instances,
         ab,
+        fleet,
     }
 }

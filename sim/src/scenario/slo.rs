@@ -81,6 +81,12 @@ impl SloTracker {
         let mut all: Vec<f32> = self.windows.range(first..).flat_map(|(_, v)| v.iter().copied()).collect();
         quantile(&mut all, q)
     }
+
+    /// Every value of the windows starting at or after `from`.
+    pub fn values_from(&self, from: Nanos) -> impl Iterator<Item = f32> + '_ {
+        let first = from.div_ceil(self.window);
+        self.windows.range(first..).flat_map(|(_, v)| v.iter().copied())
+    }
 }
 
 /// The SLO as written in the ground truth.
@@ -209,6 +215,72 @@ pub struct GroundTruth {
     pub deploys: Vec<DeployTruth>,
     /// Instances.
     pub instances: Vec<InstanceTruth>,
-    /// A/B comparison (two instances only).
+    /// A/B comparison (two instances only, not for fleets).
     pub ab: Option<AbTruth>,
+    /// Fleet scenarios only: faulted replicas, versions per replica, the rollout's pooled A/B.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetTruth>,
+}
+
+/// One replica of a fleet.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplicaTruth {
+    /// `service.instance.id`.
+    pub name: String,
+    /// Its traffic relative to `load.qps`.
+    pub load_share: f64,
+    /// The versions it runs: `[from Unix ns, version]`, the first at the start.
+    pub versions: Vec<(u64, String)>,
+    /// Whether a fault hits it (a version regression only while it runs that version).
+    pub faulted: bool,
+    /// Kinds of the faults that hit it.
+    pub fault_kinds: Vec<&'static str>,
+    /// When the first of them starts hitting it, Unix ns.
+    pub fault_onset_unix_nano: Option<u64>,
+}
+
+/// The pooled A/B of a partial rollout: the replicas on the new version against the others.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RolloutTruth {
+    /// Version of the replicas not in the rollout.
+    pub baseline_version: String,
+    /// The rolled-out version.
+    pub candidate_version: String,
+    /// The deploy, Unix ns.
+    pub at_unix_nano: u64,
+    /// Replicas on the baseline version.
+    pub baseline_replicas: Vec<String>,
+    /// Replicas on the candidate version.
+    pub candidate_replicas: Vec<String>,
+    /// The metric compared (the SLO's).
+    pub metric: &'static str,
+    /// Quantile compared (0.95).
+    pub quantile: f64,
+    /// Requests arriving from here on are compared (after the deploy's warm-up and any regression onset), Unix ns.
+    pub from_unix_nano: u64,
+    /// Baseline requests compared.
+    pub n_baseline: u64,
+    /// Candidate requests compared.
+    pub n_candidate: u64,
+    /// Baseline quantile over its replicas' requests pooled, seconds.
+    pub baseline_s: f64,
+    /// Candidate quantile over its replicas' requests pooled, seconds.
+    pub candidate_s: f64,
+    /// candidate − baseline, milliseconds.
+    pub delta_ms: f64,
+    /// The regression injected for the candidate version, milliseconds (0: A/A).
+    pub injected_ms: f64,
+}
+
+/// The fleet section of the ground truth.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FleetTruth {
+    /// The model every replica serves (`gen_ai.request.model` / `model_name`).
+    pub model: String,
+    /// Every replica.
+    pub replicas: Vec<ReplicaTruth>,
+    /// Names of the faulted replicas.
+    pub faulted: Vec<String>,
+    /// The last partial rollout's pooled comparison, if any.
+    pub rollout: Option<RolloutTruth>,
 }

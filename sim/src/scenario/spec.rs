@@ -32,6 +32,9 @@ pub struct Scenario {
     /// Instances (default: one named `sim-0`).
     #[serde(default)]
     pub instances: Vec<InstanceSpec>,
+    /// A fleet of identical replicas (instead of `instances`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetSpec>,
     /// The traffic.
     pub load: LoadSpec,
     /// Version changes (rolling restarts).
@@ -69,6 +72,95 @@ pub struct InstanceSpec {
 
 fn one() -> f64 {
     1.0
+}
+
+fn default_replica_name() -> String {
+    "vllm-{i}".into()
+}
+
+/// A fleet: `replicas` instances of the scenario's engine and model, each with its own
+/// traffic stream, named by the pattern `name` (`{i}` = 0 … N−1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSpec {
+    /// Number of replicas (1..=1000).
+    pub replicas: u32,
+    /// Name pattern; `{i}` is replaced by the replica's index (default `vllm-{i}`).
+    #[serde(default = "default_replica_name")]
+    pub name: String,
+    /// Per-replica traffic spread: replica i gets `load.qps · (1 + qps_spread · (2u − 1))`,
+    /// u uniform in [0, 1) from the seed and i (in [0, 1); default 0: all equal).
+    #[serde(default)]
+    pub qps_spread: f64,
+    /// Initial version of every replica (default: the engine's `version`).
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Faults of a subset of the replicas.
+    #[serde(default)]
+    pub faults: Vec<FleetFault>,
+}
+
+/// A fault applied to some replicas of a fleet.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetFault {
+    /// The replicas it applies to.
+    pub replicas: ReplicaSel,
+    /// The fault (the same objects as `faults:`).
+    pub fault: Fault,
+}
+
+/// A subset of a fleet's replicas: a count `k` (the first k, replicas 0 … k−1) or a list of
+/// indices and names.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ReplicaSel {
+    /// The first k replicas.
+    First(u32),
+    /// These replicas.
+    List(Vec<ReplicaRef>),
+}
+
+/// One replica of a fleet: its index or its name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ReplicaRef {
+    /// Index 0 … N−1.
+    Index(u32),
+    /// Name, as the pattern makes it.
+    Name(String),
+}
+
+impl FleetSpec {
+    /// The name of replica `i`.
+    pub fn replica_name(&self, i: u32) -> String {
+        self.name.replace("{i}", &i.to_string())
+    }
+
+    /// The indices `sel` names (sorted, unique), or a message naming the bad entry.
+    pub fn select(&self, sel: &ReplicaSel) -> Result<Vec<u32>, String> {
+        let n = self.replicas;
+        let mut out: Vec<u32> = match sel {
+            ReplicaSel::First(k) if *k <= n => (0..*k).collect(),
+            ReplicaSel::First(k) => return Err(format!("{k} is more than the fleet's {n} replicas")),
+            ReplicaSel::List(list) => {
+                let mut v = Vec::with_capacity(list.len());
+                for r in list {
+                    v.push(match r {
+                        ReplicaRef::Index(i) if *i < n => *i,
+                        ReplicaRef::Index(i) => return Err(format!("index {i} is not below {n}")),
+                        ReplicaRef::Name(name) => (0..n)
+                            .find(|&i| self.replica_name(i) == *name)
+                            .ok_or_else(|| format!("unknown replica {name:?}"))?,
+                    });
+                }
+                v
+            }
+        };
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
 }
 
 /// The traffic model: a base rate shaped by daily and weekly cycles, noise and bursts.
@@ -232,6 +324,9 @@ pub struct Deploy {
     /// Instances affected (default all).
     #[serde(default)]
     pub instances: Option<Vec<String>>,
+    /// With `fleet`: the replicas affected, instead of `instances` (a count k: the first k).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<ReplicaSel>,
     /// Cold start after the deploy (default: none).
     #[serde(default)]
     pub cold_start: Option<DeployColdStart>,

@@ -101,6 +101,17 @@ def pipeline_text(docs: list[dict], spec: dict, container: dict) -> str:
     return one(docs, "ConfigMap", volume["configMap"]["name"])["data"][path.name]
 
 
+def off_cluster(text: str, gateways: list[str]) -> str:
+    """An agent's pipeline run on this box: its `loadbalancing` exporter's resolver.k8s (the
+    gateway's EndpointSlices, from an API server there is none of here) replaced by
+    resolver.static over `gateways` (host:port); everything else as shipped."""
+    cfg = yaml.safe_load(text)
+    lb = cfg["exporters"]["loadbalancing"]
+    assert set(lb["resolver"]) == {"k8s"}, lb["resolver"]
+    lb["resolver"] = {"static": {"hostnames": list(gateways)}}
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
 def wait_for(what: str, pred, timeout: float):
     """Polls `pred` until it returns a truthy value (returned); fails naming `what`."""
     return wait_until(pred, timeout, what, interval=0.1)
