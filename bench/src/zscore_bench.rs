@@ -2,19 +2,17 @@
 //! O(w) recomputation, on one long series and on many interleaved series, and its state size per
 //! series. Prints one JSON document.
 
+#[path = "detector_bench.rs"]
+mod detector_bench;
+
 use anyhow::Context;
 use clap::Parser;
-use inferwatch_core::arrow::{ArrowProcessor, RecordBatch, metrics};
+use detector_bench::{Gen, drive, gauge_batch, kv_str, point};
+use inferwatch_core::arrow::{ArrowProcessor, RecordBatch};
 use inferwatch_core::component::{ComponentId, CreateContext};
 use inferwatch_core::telemetry::Telemetry;
 use inferwatch_processors::zscore_skew::ZscoreSkew;
 use inferwatch_processors::zscore_skew::window::{Path, Window, exact_score};
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{
-    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
-};
-use opentelemetry_proto::tonic::resource::v1::Resource;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -43,31 +41,17 @@ struct Cli {
 const METRIC: &str = "llm.ttft.p95";
 const BASE: u64 = 1_700_000_000_000_000_000;
 
-/// A deterministic latency-like series: lognormal around 0.2 s, 1 % spikes ×10.
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn value(&mut self) -> f64 {
-        let n = (-2.0 * self.unit().ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos();
-        let spike = if self.next().is_multiple_of(100) { 10.0 } else { 1.0 };
-        0.2 * (0.25 * n).exp() * spike
-    }
+/// A deterministic latency-like value: lognormal around 0.2 s, 1 % spikes ×10.
+fn value(g: &mut Gen) -> f64 {
+    let n = g.normal();
+    let spike = if g.next().is_multiple_of(100) { 10.0 } else { 1.0 };
+    0.2 * (0.25 * n).exp() * spike
 }
 
 /// `values[i]` belongs to series `i % series` (round robin).
 fn data(n: usize, seed: u64) -> Vec<f64> {
     let mut g = Gen(seed);
-    (0..n).map(|_| g.value()).collect()
+    (0..n).map(|_| value(&mut g)).collect()
 }
 
 /// Naive brute force: the window shifted by its first value, then two plain passes.
@@ -174,48 +158,17 @@ fn core_run(name: &str, values: &[f64], series: usize, w: usize, reps: usize) ->
     })
 }
 
-fn kv_str(k: &str, v: String) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v)) }),
-        ..Default::default()
-    }
-}
-
 /// One input batch: rows `range` of `values` (row i → series i % series, event time BASE + i ms).
 fn batch(values: &[f64], range: std::ops::Range<usize>, series: usize) -> anyhow::Result<RecordBatch> {
     let points = range
-        .map(|i| NumberDataPoint {
-            attributes: vec![kv_str("series", (i % series).to_string())],
-            time_unix_nano: BASE + i as u64 * 1_000_000,
-            value: Some(number_data_point::Value::AsDouble(values[i])),
-            ..Default::default()
-        })
+        .map(|i| point(vec![kv_str("series", (i % series).to_string())], BASE + i as u64 * 1_000_000, values[i]))
         .collect();
-    let req = ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource {
-                attributes: vec![
-                    kv_str("service.name", "vllm".into()),
-                    kv_str("service.version", "0.8.5".into()),
-                    kv_str("service.instance.id", "gpu-0".into()),
-                ],
-                ..Default::default()
-            }),
-            scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope { name: "llm_signals".into(), ..Default::default() }),
-                metrics: vec![Metric {
-                    name: METRIC.into(),
-                    unit: "s".into(),
-                    data: Some(metric::Data::Gauge(Gauge { data_points: points })),
-                    ..Default::default()
-                }],
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        }],
-    };
-    Ok(metrics::to_batch(&req)?)
+    let resource = vec![
+        kv_str("service.name", "vllm".into()),
+        kv_str("service.version", "0.8.5".into()),
+        kv_str("service.instance.id", "gpu-0".into()),
+    ];
+    gauge_batch(resource, "llm_signals", METRIC, points)
 }
 
 /// The whole processor (Arrow input → score batches), input batches built outside the timing;
@@ -232,19 +185,14 @@ fn processor_run(
     let ctx = CreateContext::new(id, Arc::new(Telemetry::new()));
     let cfg = json!({"metrics": [METRIC], "window": w, "step": step, "max_series": series.max(1)});
     let mut p = ZscoreSkew::new(&ctx, &cfg).context("zscore_skew config")?;
-    let mut busy = Duration::ZERO;
-    let mut out_rows = 0usize;
+    let mut input = Vec::new();
     let mut start = 0;
     while start < values.len() {
         let end = (start + rows.max(1)).min(values.len());
-        let b = batch(values, start..end, series)?;
-        let mut out = Vec::new();
-        let t = Instant::now();
-        p.process(&b, &mut out)?;
-        busy += t.elapsed();
-        out_rows += out.iter().map(|b| b.num_rows()).sum::<usize>();
+        input.push((batch(values, start..end, series)?, None));
         start = end;
     }
+    let (busy, out_rows) = drive(&mut p, &input, |_| Ok(()))?;
     let held = p.series_count().max(1);
     let snapshot = p.snapshot().map_err(|e| anyhow::anyhow!("{e}"))?;
     let paths = p.path_counts();

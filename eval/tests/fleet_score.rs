@@ -10,19 +10,7 @@ use std::collections::BTreeMap;
 const MIN: u64 = 60_000_000_000;
 
 fn fleet(n: usize, faulted: &[(usize, u64)], rollout: Option<serde_json::Value>) -> GroundTruth {
-    let replicas: Vec<serde_json::Value> = (0..n)
-        .map(|i| {
-            let on = faulted.iter().find(|f| f.0 == i).map(|f| f.1);
-            serde_json::json!({"name": format!("vllm-{i}"), "faulted": on.is_some(), "fault_onset_unix_nano": on})
-        })
-        .collect();
-    serde_json::from_value(serde_json::json!({
-        "format": 1, "scenario": "f", "start_time_unix_nano": 0u64, "end_time_unix_nano": 180 * MIN,
-        "slo": {"metric": "ttft", "quantile": 0.95, "threshold_s": 1.0, "window_s": 300.0},
-        "healthy": faulted.is_empty(), "instances": [],
-        "fleet": {"model": "m", "replicas": replicas, "rollout": rollout}
-    }))
-    .unwrap()
+    inferwatch_eval::scenario::fleet::fixture(n, faulted, rollout).unwrap()
 }
 
 fn alert(t: u64, detector: &str, instance: &str, extra: &[(&str, &str)]) -> Record {

@@ -31,6 +31,29 @@ pub struct BenchArgs {
     /// Dialogue flow YAML (`dialogue_flow:`): per-state QPS, multi-turn conversations.
     #[arg(long)]
     pub flow: Option<PathBuf>,
+    /// Replay a trace's arrivals and prompt/output lengths (Azure LLM inference CSV, or CSV /
+    /// JSONL with timestamp, input_tokens, output_tokens[, session_id]); see probe/README.md.
+    #[arg(long, conflicts_with_all = ["rate", "rate_sweep", "concurrency", "flow", "probe", "dataset", "perturb"])]
+    pub trace: Option<PathBuf>,
+    /// Trace time scale: 10 replays ten times faster.
+    #[arg(long, default_value_t = 1.0, requires = "trace")]
+    pub trace_speed: f64,
+    /// Start the trace again when it ends (needs --duration or --requests).
+    #[arg(long, requires = "trace")]
+    pub trace_loop: bool,
+    /// Replay each request with this probability (seeded by --seed).
+    #[arg(long, requires = "trace")]
+    pub trace_sample: Option<f64>,
+    /// Replay from this far into the trace (trace time, e.g. 10m).
+    #[arg(long, value_parser = parse_duration_arg, requires = "trace")]
+    pub trace_start: Option<Duration>,
+    /// Replay only this much of the trace (trace time, e.g. 10m).
+    #[arg(long, value_parser = parse_duration_arg, requires = "trace")]
+    pub trace_duration: Option<Duration>,
+    /// How prompt lengths are matched to the server's tokenizer: auto (its /tokenize, else the
+    /// rule), server, or rule.
+    #[arg(long, value_enum, default_value_t = crate::trace::Tokenizer::Auto, requires = "trace")]
+    pub trace_tokenizer: crate::trace::Tokenizer,
     /// How long to send (e.g. 60s, 5m, or seconds). Default 60s (the probes have their own).
     #[arg(long, value_parser = parse_duration_arg, conflicts_with = "requests")]
     pub duration: Option<Duration>,
@@ -76,7 +99,8 @@ pub struct BenchArgs {
     /// Do not send stream_options.include_usage (for servers that reject it).
     #[arg(long)]
     pub no_stream_usage: bool,
-    /// Which API: chat (/v1/chat/completions) or completions (/v1/completions).
+    /// Which API: chat (/v1/chat/completions), completions (/v1/completions) or tgi (TGI's
+    /// /generate_stream, or /generate with --no-stream).
     #[arg(long, value_enum, default_value_t = Api::Chat)]
     pub api: Api,
     /// SLOs for goodput, e.g. ttft=500ms,tpot=50ms,e2e=10s.
@@ -98,6 +122,26 @@ pub struct BenchArgs {
     /// also sent with distractor text inserted mid-prompt and the two answers compared).
     #[arg(long)]
     pub perturb: Option<String>,
+    /// Images per request: each (chat) request carries this many generated PNGs as
+    /// `image_url` parts of its last user message (probe/README.md, Images and image masking).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=16))]
+    pub images_per_request: u64,
+    /// Size of the generated images, WIDTHxHEIGHT.
+    #[arg(long, default_value = "448x448")]
+    pub image_size: String,
+    /// How images travel: base64 (data: URLs in the body) or url (served by the bench).
+    #[arg(long, value_enum, default_value_t = crate::images::ImageTransport::Base64)]
+    pub image_transport: crate::images::ImageTransport,
+    /// Address the image server binds with --image-transport url.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub image_bind: String,
+    /// Base URL the model server reaches the image server at (default: http://<bound address>).
+    #[arg(long)]
+    pub image_base_url: Option<String>,
+    /// Image masking (0–0.3): each prompt is also sent with this fraction of every image's
+    /// pixels masked (and, with --perturb, with text and masking together); per-type report.
+    #[arg(long)]
+    pub image_mask_ratio: Option<f64>,
     /// Seed of arrivals, synthetic prompts and distractors.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -131,6 +175,16 @@ pub struct BenchArgs {
     /// Worker threads of the client runtime (main_entry only; default: all cores).
     #[arg(long)]
     pub client_threads: Option<usize>,
+    /// A plug-in hook process (JSON lines over stdin/stdout; repeatable, run in order after the
+    /// config file's), e.g. `--hook "python3 probe/examples/hooks/system_prompt.py"`.
+    #[arg(long = "hook", value_name = "CMD")]
+    pub hooks: Vec<String>,
+    /// Timeout of one hook call (a hook that misses three in a row is given up on).
+    #[arg(long, value_parser = parse_duration_arg, default_value = "5s")]
+    pub hook_timeout: Duration,
+    /// Bench config YAML: `hooks:` (a list of `{command, name, timeout}`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 impl BenchArgs {
@@ -158,6 +212,13 @@ impl BenchArgs {
             rate_sweep: None,
             concurrency: None,
             flow: None,
+            trace: None,
+            trace_speed: 1.0,
+            trace_loop: false,
+            trace_sample: None,
+            trace_start: None,
+            trace_duration: None,
+            trace_tokenizer: crate::trace::Tokenizer::Auto,
             duration: None,
             requests: None,
             dataset: None,
@@ -180,6 +241,12 @@ impl BenchArgs {
             reference: None,
             rci_weights: "0.5,0.3,0.2".into(),
             perturb: None,
+            images_per_request: 0,
+            image_size: "448x448".into(),
+            image_transport: crate::images::ImageTransport::Base64,
+            image_bind: "127.0.0.1:0".into(),
+            image_base_url: None,
+            image_mask_ratio: None,
             seed: 0,
             max_in_flight: 4096,
             max_users: None,
@@ -191,6 +258,9 @@ impl BenchArgs {
             insecure: false,
             quiet: false,
             client_threads: None,
+            hooks: Vec::new(),
+            hook_timeout: Duration::from_secs(5),
+            config: None,
         }
     }
 }
@@ -235,5 +305,9 @@ mod tests {
         let a = parse(&["--stream", "--no-stream", "--stream"]).unwrap();
         assert!(a.stream && !a.no_stream);
         assert_eq!(BenchArgs::new("http://x", "m").prompt_tokens, 128);
+        let a = parse(&["--trace", "t.csv", "--trace-speed", "10", "--trace-loop", "--trace-sample", "0.25"]).unwrap();
+        assert_eq!((a.trace_speed, a.trace_loop, a.trace_sample), (10.0, true, Some(0.25)));
+        assert!(parse(&["--trace", "t.csv", "--rate", "1"]).is_err());
+        assert!(parse(&["--trace-speed", "2"]).is_err());
     }
 }

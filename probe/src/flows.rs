@@ -208,6 +208,7 @@ async fn walk(ctx: &Ctx, step: &Step, run: &FlowRun, mut user: User, mut s: usiz
             max_tokens: state.max_tokens.unwrap_or(ctx.max_tokens),
             timeout: state.timeout.unwrap_or(ctx.timeout),
             keep_text: true,
+            images: &[],
             span: SpanContext {
                 trace_id: user.trace_id,
                 parent: ctx.otlp.as_ref().map(|_| user.root_span),

@@ -9,6 +9,8 @@ pub mod client;
 pub mod config;
 pub mod dataset;
 mod flows;
+pub mod hooks;
+pub mod images;
 pub mod metrics;
 pub mod otlp;
 pub mod perturb;
@@ -16,6 +18,7 @@ pub mod probes;
 pub mod quality;
 pub mod report;
 mod runner;
+pub mod trace;
 
 pub use args::BenchArgs;
 pub use arrivals::ArrivalKind;

@@ -2,7 +2,7 @@
 //! kind, goodput under SLOs, quality values, and per-window tails for p99 drift.
 
 use crate::client::{ErrorKind, Outcome};
-use crate::quality::{TLE_UNCERTAIN_BITS, tle_bits};
+use crate::quality::{tle_bits, tle_uncertain};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -124,14 +124,6 @@ impl ScaledHist {
         self.h.len()
     }
 
-    fn share_above(&self, x: f64) -> f64 {
-        if self.h.is_empty() {
-            return 0.0;
-        }
-        let below = self.h.count_between(0, (x * self.scale) as u64 + 1);
-        1.0 - below as f64 / self.h.len() as f64
-    }
-
     fn summary(&self) -> Summary {
         let n = self.h.len();
         let v = |raw: u64| (raw.saturating_sub(1)) as f64 / self.scale;
@@ -239,6 +231,8 @@ pub struct Recorder {
     pub tle: Option<ScaledHist>,
     /// Top-K size seen for TLE.
     pub tle_k: usize,
+    /// First tokens whose TLE is above the threshold of their K (`quality::tle_threshold_bits`).
+    pub tle_uncertain: u64,
     /// RCI per answer.
     pub rci: Option<ScaledHist>,
     /// BLEU per answer.
@@ -281,6 +275,7 @@ impl Recorder {
             slo_met: 0,
             tle: None,
             tle_k: 0,
+            tle_uncertain: 0,
             rci: None,
             bleu: None,
             repetition: None,
@@ -338,6 +333,7 @@ impl Recorder {
         {
             self.tle.get_or_insert_with(|| ScaledHist::new(1000.0, 64.0)).record(h);
             self.tle_k = self.tle_k.max(top.len());
+            self.tle_uncertain += u64::from(tle_uncertain(h, top.len()));
         }
         if let Some(r) = &o.rci {
             self.rci.get_or_insert_with(|| ScaledHist::new(10000.0, 1.0)).record(r.rci);
@@ -389,6 +385,7 @@ impl Recorder {
         self.slo_met += o.slo_met;
         merge_opt(&mut self.tle, &o.tle);
         self.tle_k = self.tle_k.max(o.tle_k);
+        self.tle_uncertain += o.tle_uncertain;
         merge_opt(&mut self.rci, &o.rci);
         merge_opt(&mut self.bleu, &o.bleu);
         merge_opt(&mut self.repetition, &o.repetition);
@@ -404,9 +401,13 @@ impl Recorder {
         };
     }
 
-    /// TLE summary (bits) and the share above the study's 8.5-bit threshold.
+    /// TLE summary (bits) and the share of first tokens above the threshold of their top-K
+    /// size (`quality::tle_threshold_bits`).
     pub fn tle_summary(&self) -> Option<(Summary, f64)> {
-        self.tle.as_ref().map(|h| (h.summary(), h.share_above(TLE_UNCERTAIN_BITS)))
+        self.tle.as_ref().map(|h| {
+            let n = h.count();
+            (h.summary(), if n == 0 { 0.0 } else { self.tle_uncertain as f64 / n as f64 })
+        })
     }
 
     /// RCI, BLEU and repetition summaries.
@@ -463,6 +464,7 @@ mod tests {
             first_top_logprobs: None,
             rci: None,
             error: None,
+            tokens: Vec::new(),
         }
     }
 

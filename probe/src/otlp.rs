@@ -1,6 +1,9 @@
 //! OTLP emission of the bench's measurements: one CLIENT span per request (`chat {model}`,
-//! `gen_ai.*` attributes) and the `gen_ai.client.*` histograms, sent with the exporters
-//! crate's OTLP senders (gRPC or HTTP/protobuf).
+//! `gen_ai.*` attributes), the `gen_ai.client.*` histograms and the quality histograms
+//! `inferwatch.bench.tle_bits` / `inferwatch.bench.rci`, sent with the exporters crate's OTLP
+//! senders (gRPC or HTTP/protobuf). The resource holds `service.name` (`--otlp-service-name`)
+//! and the attributes of `OTEL_RESOURCE_ATTRIBUTES` (e.g. `service.version=B`: the version
+//! under test, which `llm_signals` and `delta_ab` key on).
 
 use crate::client::{Api, Outcome};
 use inferwatch_core::exporterhelper::{SendError, Sender};
@@ -40,6 +43,22 @@ pub const TOKEN_BOUNDS: &[f64] = &[
     1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
     67108864.0,
 ];
+
+/// Bucket boundaries of `inferwatch.bench.tle_bits`, bits: 0.25-bit steps to 7 bits (log2 of
+/// the largest K the bench asks for, 100, is 6.64), then the study's full-vocabulary 8.5 bits.
+pub const TLE_BOUNDS: &[f64] = &[
+    0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.25, 3.5, 3.75, 4.0, 4.25, 4.5, 4.75, 5.0, 5.25,
+    5.5, 5.75, 6.0, 6.25, 6.5, 6.75, 7.0, 8.5,
+];
+/// Bucket boundaries of `inferwatch.bench.rci` (in [0, 1]): steps of 0.05.
+pub const RCI_BOUNDS: &[f64] =
+    &[0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95];
+/// Metric (and span attribute) of the first token's TLE, bits.
+pub const TLE_METRIC: &str = "inferwatch.bench.tle_bits";
+/// Metric (and span attribute) of an answer's RCI against its reference.
+pub const RCI_METRIC: &str = "inferwatch.bench.rci";
+/// Span attribute: how many top log-probabilities the server returned for the first token (K).
+pub const TOP_K_ATTRIBUTE: &str = "inferwatch.bench.top_k";
 
 /// A 16-byte trace id and an 8-byte span id, random.
 pub fn new_ids() -> ([u8; 16], [u8; 8]) {
@@ -135,6 +154,10 @@ pub struct SpanContext {
     pub tle: Option<f64>,
     /// Set for the paired perturbation run: `baseline` or the profile name.
     pub perturbation: Option<String>,
+    /// Index of the prompt in the dataset (plug-in hooks, perturbation pairs).
+    pub index: Option<u64>,
+    /// Attributes added by plug-in hooks (`inferwatch.bench.hook.*`).
+    pub hook_attributes: Vec<KeyValue>,
 }
 
 #[derive(Debug, Clone)]
@@ -175,6 +198,8 @@ type SeriesKey = (&'static str, Vec<(String, String)>);
 #[derive(Debug, Default)]
 struct Aggregates {
     series: BTreeMap<SeriesKey, Agg>,
+    /// Plug-in hooks' metrics: (`inferwatch.bench.hook.<name>`, attributes).
+    hooks: BTreeMap<(String, Vec<(String, String)>), Agg>,
 }
 
 const METRICS: &[(&str, &str, &str)] = &[
@@ -182,6 +207,8 @@ const METRICS: &[(&str, &str, &str)] = &[
     ("gen_ai.client.token.usage", "{token}", "Tokens used per request (input and output)"),
     ("gen_ai.client.operation.time_to_first_chunk", "s", "Time to the first streamed chunk with output"),
     ("gen_ai.client.operation.time_per_output_chunk", "s", "Time between streamed chunks with output"),
+    (TLE_METRIC, "bit", "Entropy of the renormalised top-K distribution of the first output token (TLE)"),
+    (RCI_METRIC, "1", "Consistency index of an answer against its reference (0 = identical, no repetition)"),
 ];
 
 /// What was exported, for the report.
@@ -337,7 +364,32 @@ impl OtlpSink {
         if self.tx.try_send(Msg::Span(Box::new(span))).is_err() {
             self.counters.spans_failed.fetch_add(1, Ordering::Relaxed);
         }
-        self.record_metrics(o);
+        self.record_metrics(o, cx);
+    }
+
+    /// Records a plug-in hook's per-request metric as the histogram
+    /// `inferwatch.bench.hook.<name>` with `inferwatch.hook.name` = `hook` (at most
+    /// [`MAX_HOOK_SERIES`] series; later ones are dropped).
+    pub fn hook_metric(&self, hook: &str, name: &str, value: f64) {
+        if !value.is_finite() {
+            return;
+        }
+        let c = &self.common;
+        let mut attrs = vec![
+            ("gen_ai.operation.name".to_string(), c.api.operation().to_string()),
+            ("gen_ai.provider.name".to_string(), c.provider.clone()),
+            ("gen_ai.request.model".to_string(), c.model.clone()),
+            ("inferwatch.hook.name".to_string(), hook.to_string()),
+            ("server.address".to_string(), c.server_address.clone()),
+            ("server.port".to_string(), c.server_port.to_string()),
+        ];
+        attrs.sort();
+        let Ok(mut a) = self.aggregates.lock() else { return };
+        let key = (format!("inferwatch.bench.hook.{name}"), attrs);
+        if !a.hooks.contains_key(&key) && a.hooks.len() >= MAX_HOOK_SERIES {
+            return;
+        }
+        a.hooks.entry(key).or_insert_with(|| Agg::new(HOOK_BOUNDS)).record(value);
     }
 
     /// Emits an arbitrary span (e.g. a conversation's root span).
@@ -347,7 +399,7 @@ impl OtlpSink {
         }
     }
 
-    fn record_metrics(&self, o: &Outcome) {
+    fn record_metrics(&self, o: &Outcome, cx: &SpanContext) {
         let c = &self.common;
         let mut base = vec![
             ("gen_ai.operation.name".to_string(), c.api.operation().to_string()),
@@ -387,6 +439,12 @@ impl OtlpSink {
                         g.as_secs_f64(),
                     );
                 }
+                if let Some(t) = cx.tle.filter(|t| t.is_finite()) {
+                    rec(TLE_METRIC, base.clone(), TLE_BOUNDS, t);
+                }
+                if let Some(r) = o.rci.as_ref().map(|r| r.rci).filter(|r| r.is_finite()) {
+                    rec(RCI_METRIC, base.clone(), RCI_BOUNDS, r);
+                }
             }
         }
     }
@@ -423,15 +481,63 @@ impl OtlpSink {
 }
 
 fn resource(c: &Common) -> Resource {
-    Resource {
-        attributes: vec![
-            kv_str("service.name", c.service_name.clone()),
-            kv_str("telemetry.sdk.name", "inferwatch-bench"),
-            kv_str("telemetry.sdk.language", "rust"),
-            kv_str("telemetry.sdk.version", env!("CARGO_PKG_VERSION")),
-        ],
-        ..Default::default()
+    let env = std::env::var("OTEL_RESOURCE_ATTRIBUTES").unwrap_or_default();
+    let mut attributes = vec![kv_str("service.name", c.service_name.clone())];
+    for (k, v) in resource_attributes(&env) {
+        if !["service.name", "telemetry.sdk.name", "telemetry.sdk.language", "telemetry.sdk.version"]
+            .contains(&k.as_str())
+        {
+            attributes.push(kv_str(&k, v));
+        }
     }
+    attributes.extend([
+        kv_str("telemetry.sdk.name", "inferwatch-bench"),
+        kv_str("telemetry.sdk.language", "rust"),
+        kv_str("telemetry.sdk.version", env!("CARGO_PKG_VERSION")),
+    ]);
+    Resource { attributes, ..Default::default() }
+}
+
+/// The pairs of an `OTEL_RESOURCE_ATTRIBUTES` value (`k=v,k2=v2`, values percent-decoded as the
+/// OTel spec says); as the spec asks, a malformed value (a pair without `=`, an empty key, a bad
+/// escape) is discarded whole, with a warning.
+pub fn resource_attributes(raw: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for pair in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let parsed = pair.split_once('=').and_then(|(k, v)| {
+            let k = k.trim();
+            (!k.is_empty()).then_some(())?;
+            Some((k.to_string(), percent_decode(v.trim())?))
+        });
+        match parsed {
+            Some((k, v)) => {
+                out.retain(|(o, _)| *o != k);
+                out.push((k, v));
+            }
+            None => {
+                tracing::warn!(pair, "bench: OTEL_RESOURCE_ATTRIBUTES is malformed, ignored");
+                return Vec::new();
+            }
+        }
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 fn scope() -> InstrumentationScope {
@@ -485,24 +591,7 @@ async fn export_metrics(
                     .series
                     .iter()
                     .filter(|((n, _), _)| *n == name)
-                    .map(|((_, attrs), g)| HistogramDataPoint {
-                        attributes: attrs
-                            .iter()
-                            .map(|(k, v)| match (k.as_str(), v.parse::<i64>()) {
-                                ("server.port", Ok(p)) => kv_int(k, p),
-                                _ => kv_str(k, v.clone()),
-                            })
-                            .collect(),
-                        start_time_unix_nano: start,
-                        time_unix_nano: now,
-                        count: g.count,
-                        sum: Some(g.sum),
-                        bucket_counts: g.counts.clone(),
-                        explicit_bounds: g.bounds.to_vec(),
-                        min: (g.count > 0).then_some(g.min),
-                        max: (g.count > 0).then_some(g.max),
-                        ..Default::default()
-                    })
+                    .map(|((_, attrs), g)| histogram_point(attrs, g, start, now))
                     .collect();
                 (!points.is_empty()).then(|| Metric {
                     name: name.into(),
@@ -515,6 +604,7 @@ async fn export_metrics(
                     ..Default::default()
                 })
             })
+            .chain(hook_metric_list(&a, start, now))
             .collect()
     };
     let req = ExportMetricsServiceRequest {
@@ -531,6 +621,34 @@ async fn export_metrics(
             k.metric_exports_failed.fetch_add(1, Ordering::Relaxed)
         }
     };
+}
+
+/// Bucket boundaries of the plug-in hooks' metrics (any unit): 1-2-5 steps from 0.001 to 10⁶.
+pub const HOOK_BOUNDS: &[f64] = &[
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1e3,
+    2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6,
+];
+/// Most series of plug-in hook metrics kept for OTLP.
+pub const MAX_HOOK_SERIES: usize = 256;
+
+/// The plug-in hooks' histograms, one metric per name.
+fn hook_metric_list(a: &Aggregates, start: u64, now: u64) -> Vec<Metric> {
+    let mut by_name: BTreeMap<&str, Vec<HistogramDataPoint>> = BTreeMap::new();
+    for ((name, attrs), g) in &a.hooks {
+        by_name.entry(name).or_default().push(histogram_point(attrs, g, start, now));
+    }
+    by_name
+        .into_iter()
+        .map(|(name, points)| Metric {
+            name: name.into(),
+            description: "A per-request metric of a bench plug-in hook".into(),
+            data: Some(metric::Data::Histogram(Histogram {
+                data_points: points,
+                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+            })),
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// The CLIENT span of one request attempt.
@@ -579,14 +697,18 @@ pub fn request_span(c: &Common, o: &Outcome, cx: &SpanContext) -> Span {
         attrs.push(kv_f64("inferwatch.bench.tpot", t.as_secs_f64()));
     }
     if let Some(t) = cx.tle {
-        attrs.push(kv_f64("inferwatch.bench.tle_bits", t));
+        attrs.push(kv_f64(TLE_METRIC, t));
+        if let Some(top) = &o.first_top_logprobs {
+            attrs.push(kv_int(TOP_K_ATTRIBUTE, top.len().min(i64::MAX as usize) as i64));
+        }
     }
     if let Some(r) = &o.rci {
-        attrs.push(kv_f64("inferwatch.bench.rci", r.rci));
+        attrs.push(kv_f64(RCI_METRIC, r.rci));
     }
     if let Some(p) = &cx.perturbation {
         attrs.push(kv_str("inferwatch.bench.perturbation", p.clone()));
     }
+    attrs.extend(cx.hook_attributes.iter().cloned());
     let status = match &o.error {
         Some(e) => {
             attrs.push(kv_str("error.type", e.kind.name()));
@@ -663,6 +785,27 @@ mod tests {
     }
 
     #[test]
+    fn resource_attributes_follow_the_spec() {
+        let got = resource_attributes("service.version=B, deployment.environment=prod%2Ceu,service.version=C");
+        assert_eq!(
+            got,
+            vec![("deployment.environment".to_string(), "prod,eu".to_string()), ("service.version".into(), "C".into())]
+        );
+        assert!(resource_attributes("good=1,bad").is_empty(), "a malformed value is discarded whole");
+        assert!(resource_attributes("k=%zz").is_empty());
+        assert!(resource_attributes("=v").is_empty());
+        assert!(resource_attributes("").is_empty());
+    }
+
+    #[test]
+    fn quality_buckets_cover_their_ranges() {
+        assert!(TLE_BOUNDS.windows(2).all(|w| w[0] < w[1]) && RCI_BOUNDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(*TLE_BOUNDS.last().unwrap_or(&0.0) >= crate::quality::TLE_UNCERTAIN_BITS);
+        assert!(TLE_BOUNDS.iter().rev().nth(1).is_some_and(|b| *b > 100f64.log2()), "log2 of the largest K");
+        assert!(RCI_BOUNDS.iter().all(|b| (0.0..1.0).contains(b)));
+    }
+
+    #[test]
     fn buckets() {
         let mut a = Agg::new(DURATION_BOUNDS);
         a.record(0.005);
@@ -673,5 +816,27 @@ mod tests {
         assert_eq!(a.counts[1], 1);
         assert_eq!(a.counts[DURATION_BOUNDS.len()], 1);
         assert_eq!(a.count, 4);
+    }
+}
+
+/// One histogram point of a series: its attributes (`server.port` as an int), `start..now`.
+fn histogram_point(attrs: &[(String, String)], g: &Agg, start: u64, now: u64) -> HistogramDataPoint {
+    HistogramDataPoint {
+        attributes: attrs
+            .iter()
+            .map(|(k, v)| match (k.as_str(), v.parse::<i64>()) {
+                ("server.port", Ok(p)) => kv_int(k, p),
+                _ => kv_str(k, v.clone()),
+            })
+            .collect(),
+        start_time_unix_nano: start,
+        time_unix_nano: now,
+        count: g.count,
+        sum: Some(g.sum),
+        bucket_counts: g.counts.clone(),
+        explicit_bounds: g.bounds.to_vec(),
+        min: (g.count > 0).then_some(g.min),
+        max: (g.count > 0).then_some(g.max),
+        ..Default::default()
     }
 }

@@ -25,8 +25,33 @@ pub fn tle_bits(top_logprobs: &[f64]) -> Option<f64> {
     Some(h.max(0.0))
 }
 
-/// The study's threshold: TLE above this (full vocabulary) reads as highly uncertain.
+/// The study's threshold: TLE above this (full vocabulary) reads as highly uncertain. It is
+/// out of reach of a top-K TLE (at most log2 K bits: 4.3 for K = 20); see [`tle_threshold_bits`].
 pub const TLE_UNCERTAIN_BITS: f64 = 8.5;
+
+/// The threshold as a fraction of the largest entropy the distribution can have (log2 of the
+/// number of outcomes). The study's 8.5 bits over a full vocabulary is this fraction of
+/// log2 V for V = 2^17 ≈ 131k tokens (Llama 3's 128,256: 16.97 bits, 8.5 / 16.97 = 0.501).
+pub const TLE_UNCERTAIN_FRACTION: f64 = 0.5;
+
+/// The TLE above which a first token reads as highly uncertain when the server returned the
+/// top `k` log-probabilities: [`TLE_UNCERTAIN_FRACTION`] · log2 k (k = 5: 1.16 bits, k = 20:
+/// 2.16 bits), at most [`TLE_UNCERTAIN_BITS`] (the study's full-vocabulary value, reached at
+/// k = 2^17). `k` is what the server sent, which may be fewer than asked for (vLLM caps it at
+/// `--max-logprobs`, 20 by default); k ≤ 1 gives 0 bits (a one-outcome entropy is always 0, so
+/// nothing is above it).
+pub fn tle_threshold_bits(k: usize) -> f64 {
+    if k <= 1 {
+        return 0.0;
+    }
+    (TLE_UNCERTAIN_FRACTION * (k as f64).log2()).min(TLE_UNCERTAIN_BITS)
+}
+
+/// Whether a first-token TLE of `bits` from the top `k` log-probabilities is above
+/// [`tle_threshold_bits`] (highly uncertain).
+pub fn tle_uncertain(bits: f64, k: usize) -> bool {
+    k > 1 && bits > tle_threshold_bits(k)
+}
 
 /// RCI weights α (BLEU), β (semantic similarity), γ (repetition); they sum to 1.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -320,6 +345,29 @@ mod tests {
         // A peaked distribution: p = (0.9, 0.1) → 0.469 bits.
         let h = tle_bits(&[(0.9f64).ln(), (0.1f64).ln()]).unwrap();
         assert!((h - 0.4689955935892812).abs() < 1e-12, "{h}");
+    }
+
+    #[test]
+    fn tle_threshold_scales_with_k() {
+        // Half of the largest entropy log2 K.
+        assert!((tle_threshold_bits(20) - 0.5 * 20f64.log2()).abs() < 1e-12);
+        assert!((tle_threshold_bits(4) - 1.0).abs() < 1e-12);
+        assert_eq!(tle_threshold_bits(1), 0.0);
+        assert_eq!(tle_threshold_bits(0), 0.0);
+        // The study's full-vocabulary 8.5 bits at K = 2^17, and never above it.
+        assert!((tle_threshold_bits(1 << 17) - TLE_UNCERTAIN_BITS).abs() < 1e-12);
+        assert_eq!(tle_threshold_bits(1 << 20), TLE_UNCERTAIN_BITS);
+        // Reachable for every K ≥ 2: the uniform top K (log2 K bits) is above it.
+        for k in [2usize, 5, 20, 100] {
+            let l = (1.0 / k as f64).ln();
+            let uniform = tle_bits(&vec![l; k]).unwrap();
+            assert!(tle_uncertain(uniform, k), "k {k}");
+            // A peaked distribution is not.
+            let mut peaked = vec![(0.01f64 / k as f64).ln(); k];
+            peaked[0] = (0.99f64).ln();
+            assert!(!tle_uncertain(tle_bits(&peaked).unwrap(), k), "k {k}");
+        }
+        assert!(!tle_uncertain(0.0, 1));
     }
 
     #[test]

@@ -82,8 +82,12 @@ pub struct TleReport {
     pub k: usize,
     /// Entropy of the renormalised top K in bits: a lower bound of the full-vocabulary TLE.
     pub bits: Summary,
-    /// Share above the study's 8.5-bit threshold (rarely reachable: log2 K bits at most).
-    pub share_above_8_5_bits: f64,
+    /// The threshold for K = `k`: half of log2 K bits, at most the study's full-vocabulary
+    /// 8.5 bits (`quality::tle_threshold_bits`; the 8.5 bits themselves are out of reach of a
+    /// top-K entropy, log2 K bits at most).
+    pub threshold_bits: f64,
+    /// Share of first tokens above the threshold of their own K (highly uncertain).
+    pub share_uncertain: f64,
     /// How to read the numbers.
     pub note: &'static str,
 }
@@ -152,7 +156,8 @@ impl Results {
             let tle = r.tle_summary().map(|(bits, share)| TleReport {
                 k: r.tle_k,
                 bits,
-                share_above_8_5_bits: share,
+                threshold_bits: crate::quality::tle_threshold_bits(r.tle_k),
+                share_uncertain: share,
                 note: "entropy of the renormalised top-K first-token distribution: a lower bound",
             });
             let rci = r.rci_summary().map(|(rci, bleu, repetition)| RciReport {
@@ -285,6 +290,8 @@ pub struct PerturbReport {
     pub mean_e2e_delta_s: Option<f64>,
     /// Mean per-pair RCI difference, with references.
     pub mean_rci_delta: Option<f64>,
+    /// The same per perturbation type (text, image_mask, text+image_mask).
+    pub by_type: Vec<crate::perturb::PerturbTypeReport>,
 }
 
 /// What a bench run measured.
@@ -332,6 +339,12 @@ pub struct Report {
     /// OTLP delivery, with `--otlp-endpoint`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp: Option<OtlpStats>,
+    /// Plug-in hooks, with `--hook` or a config file's `hooks:`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<crate::hooks::HooksReport>,
+    /// Trace replay, with `--trace`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::trace::TraceReport>,
 }
 
 fn ms(v: Option<f64>) -> String {
@@ -412,13 +425,14 @@ fn results_block(out: &mut String, r: &Results) {
         if let Some(t) = &qu.tle {
             let _ = writeln!(
                 out,
-                "  TLE (top-{} lower bound): mean {:.3} bits  p50 {:.3}  p90 {:.3}  max {:.3}  > 8.5 bits {:.1} %",
+                "  TLE (top-{} lower bound): mean {:.3} bits  p50 {:.3}  p90 {:.3}  max {:.3}  > {:.2} bits {:.1} %",
                 t.k,
                 t.bits.mean.unwrap_or(0.0),
                 t.bits.p50.unwrap_or(0.0),
                 t.bits.p90.unwrap_or(0.0),
                 t.bits.max.unwrap_or(0.0),
-                t.share_above_8_5_bits * 100.0
+                t.threshold_bits,
+                t.share_uncertain * 100.0
             );
         }
         if let Some(c) = &qu.rci {
@@ -461,6 +475,12 @@ impl Report {
             let _ = writeln!(out, "  (interrupted)");
         }
         results_block(&mut out, &self.results);
+        if let Some(h) = &self.hooks {
+            h.render(&mut out);
+        }
+        if let Some(t) = &self.trace {
+            out.push_str(&t.render());
+        }
         if let Some(steps) = &self.sweep {
             let _ = writeln!(out, "\n  rate sweep:");
             let _ = writeln!(
@@ -575,6 +595,20 @@ impl Report {
                 ms(p.mean_e2e_delta_s),
                 p.mean_rci_delta.map_or(String::new(), |d| format!(", ΔRCI {d:+.4}"))
             );
+            // One row per type once there is more than the text profile's (already above).
+            let rows = if p.by_type.iter().any(|t| t.kind != "text") { &p.by_type[..] } else { &[] };
+            for t in rows {
+                let _ = writeln!(
+                    out,
+                    "    {:<16} {:>6} pairs, answers changed {:5.1} %, Δttft {} ms, Δe2e {} ms, ΔRCI {}",
+                    t.kind,
+                    t.pairs,
+                    t.answer_changed_share * 100.0,
+                    ms(t.mean_ttft_delta_s),
+                    ms(t.mean_e2e_delta_s),
+                    t.mean_rci_delta.map_or("-".to_string(), |d| format!("{d:+.4}"))
+                );
+            }
         }
         if let Some(o) = &self.otlp {
             let _ = writeln!(

@@ -7,12 +7,14 @@ use crate::client::{Client, ClientConfig, ErrorKind, Outcome, Prompt, RequestSpe
 use crate::config::Flow;
 use crate::dataset::{self, PromptSource, References};
 use crate::flows::{FlowAgg, flow_loop, state_reports};
-use crate::metrics::{LatencyHist, Recorder, Slo};
+use crate::hooks::{self, Chain, Finalized, Hook, HookRequest, builtin};
+use crate::images::{ImageOptions, ImageSource};
+use crate::metrics::{Recorder, Slo};
 use crate::otlp::{self, Common, OtlpSink, SpanContext};
-use crate::perturb::{Profile, insert_mid};
+use crate::perturb::{PerturbAgg, PerturbType, Perturbation, Profile, perturb_prompt};
 use crate::probes::{ProbeKind, ProbeReport, drift};
-use crate::quality::{RciWeights, Reference, bleu, tle_bits};
-use crate::report::{Live, PerturbReport, Report, Results, SweepStep, spawn_progress};
+use crate::quality::{RciWeights, Reference};
+use crate::report::{Live, Report, Results, SweepStep, spawn_progress};
 use crate::{BenchArgs, BenchError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +29,7 @@ pub(crate) enum Mode {
     Sweep(Vec<f64>),
     Concurrency(usize),
     Flow(Arc<Flow>),
+    Trace(Arc<crate::trace::TracePlan>),
 }
 
 /// When to stop sending.
@@ -49,6 +52,7 @@ pub(crate) struct Plan {
     perturb: Option<Profile>,
     rci_weights: RciWeights,
     probe: Option<ProbeKind>,
+    hooks: Vec<hooks::ExternalSpec>,
 }
 
 fn usage(msg: impl Into<String>) -> BenchError {
@@ -84,6 +88,10 @@ impl Plan {
         if a.timeout.is_zero() {
             return Err(usage("--timeout must be positive"));
         }
+        if a.hook_timeout.is_zero() {
+            return Err(usage("--hook-timeout must be positive"));
+        }
+        let hooks = hooks::external_specs(a.config.as_deref(), &a.hooks, a.hook_timeout).map_err(usage)?;
         if a.prompt_tokens == 0 {
             return Err(usage("--prompt-tokens must be at least 1"));
         }
@@ -115,13 +123,14 @@ impl Plan {
                 }
                 Mode::Rate(a.rate.unwrap_or(50.0))
             }
+            (None, BenchArgs { trace: Some(_), .. }) => Mode::Trace(Arc::new(crate::trace::TracePlan::from_args(a)?)),
             (None, BenchArgs { rate: Some(r), .. }) => Mode::Rate(*r),
             (None, BenchArgs { rate_sweep: Some(s), .. }) => Mode::Sweep(s.clone()),
             (None, BenchArgs { concurrency: Some(c), .. }) => Mode::Concurrency(*c),
             (None, BenchArgs { flow: Some(path), .. }) => Mode::Flow(Arc::new(Flow::load(path)?)),
             (None, _) => {
                 return Err(usage(
-                    "choose a load: --rate R, --rate-sweep R1,R2,..., --concurrency C, --flow FILE or --probe",
+                    "choose a load: --rate R, --rate-sweep R1,R2,..., --concurrency C, --flow FILE, --trace FILE or --probe",
                 ));
             }
         };
@@ -133,6 +142,7 @@ impl Plan {
             (Some(ProbeKind::P99Drift), None, None) => {
                 Stop { duration: Some(Duration::from_secs(300)), requests: None }
             }
+            (None, None, None) if matches!(mode, Mode::Trace(_)) => Stop { duration: None, requests: None },
             (None, None, None) if matches!(mode, Mode::Flow(_)) && a.max_users.is_some() => {
                 Stop { duration: None, requests: None }
             }
@@ -153,6 +163,10 @@ impl Plan {
         if matches!(mode, Mode::Flow(_)) && perturb.is_some() {
             return Err(usage("--perturb works with --rate, --concurrency and --probe, not with --flow"));
         }
+        let images = ImageOptions::from_args(a).map_err(usage)?;
+        if images.is_some() && matches!(mode, Mode::Flow(_) | Mode::Trace(_)) {
+            return Err(usage("--images-per-request works with --rate, --concurrency and --probe"));
+        }
         if a.max_users == Some(0) {
             return Err(usage("--max-users must be at least 1"));
         }
@@ -165,89 +179,25 @@ impl Plan {
             api_key: a.api_key.clone(),
             insecure: a.insecure,
             // Paired perturbation runs compare answers: greedy unless told otherwise.
-            temperature: a.temperature.or(perturb.as_ref().map(|_| 0.0)),
-            ignore_eos: a.ignore_eos || probe == Some(ProbeKind::Tps),
+            temperature: a.temperature.or((perturb.is_some() || a.image_mask_ratio.is_some()).then_some(0.0)),
+            ignore_eos: a.ignore_eos || probe == Some(ProbeKind::Tps) || a.trace.is_some(),
             logprobs: a.logprobs,
             pool_size: 1024,
         };
-        Ok(Plan { args: a.clone(), mode, stop, client, prompts, refs, max_tokens, slo, perturb, rci_weights, probe })
-    }
-}
-
-/// Paired measurements of a perturbation profile.
-#[derive(Debug)]
-struct PerturbAgg {
-    pairs: u64,
-    changed: u64,
-    divergence_sum: f64,
-    ttft_delta_sum: f64,
-    ttft_delta_n: u64,
-    e2e_delta_sum: f64,
-    rci_delta_sum: f64,
-    rci_delta_n: u64,
-    base_ttft: LatencyHist,
-    pert_ttft: LatencyHist,
-    base_e2e: LatencyHist,
-    pert_e2e: LatencyHist,
-}
-
-impl PerturbAgg {
-    fn new() -> PerturbAgg {
-        PerturbAgg {
-            pairs: 0,
-            changed: 0,
-            divergence_sum: 0.0,
-            ttft_delta_sum: 0.0,
-            ttft_delta_n: 0,
-            e2e_delta_sum: 0.0,
-            rci_delta_sum: 0.0,
-            rci_delta_n: 0,
-            base_ttft: LatencyHist::default(),
-            pert_ttft: LatencyHist::default(),
-            base_e2e: LatencyHist::default(),
-            pert_e2e: LatencyHist::default(),
-        }
-    }
-
-    fn add(&mut self, base: &Outcome, pert: &Outcome) {
-        if !base.ok() || !pert.ok() {
-            return;
-        }
-        self.pairs += 1;
-        if base.text != pert.text {
-            self.changed += 1;
-        }
-        self.divergence_sum += 1.0 - bleu(&pert.text, &base.text);
-        if let (Some(a), Some(b)) = (base.ttft, pert.ttft) {
-            self.base_ttft.record(a);
-            self.pert_ttft.record(b);
-            self.ttft_delta_sum += b.as_secs_f64() - a.as_secs_f64();
-            self.ttft_delta_n += 1;
-        }
-        self.base_e2e.record(base.e2e);
-        self.pert_e2e.record(pert.e2e);
-        self.e2e_delta_sum += pert.e2e.as_secs_f64() - base.e2e.as_secs_f64();
-        if let (Some(a), Some(b)) = (&base.rci, &pert.rci) {
-            self.rci_delta_sum += b.rci - a.rci;
-            self.rci_delta_n += 1;
-        }
-    }
-
-    fn report(&self, profile: &str) -> PerturbReport {
-        let mean = |s: f64, n: u64| (n > 0).then(|| s / n as f64);
-        PerturbReport {
-            profile: profile.to_string(),
-            pairs: self.pairs,
-            answer_changed_share: if self.pairs > 0 { self.changed as f64 / self.pairs as f64 } else { 0.0 },
-            mean_answer_divergence: mean(self.divergence_sum, self.pairs),
-            baseline_ttft: self.base_ttft.summary(),
-            perturbed_ttft: self.pert_ttft.summary(),
-            baseline_e2e: self.base_e2e.summary(),
-            perturbed_e2e: self.pert_e2e.summary(),
-            mean_ttft_delta_s: mean(self.ttft_delta_sum, self.ttft_delta_n),
-            mean_e2e_delta_s: mean(self.e2e_delta_sum, self.pairs),
-            mean_rci_delta: mean(self.rci_delta_sum, self.rci_delta_n),
-        }
+        Ok(Plan {
+            args: a.clone(),
+            mode,
+            stop,
+            client,
+            prompts,
+            refs,
+            max_tokens,
+            slo,
+            perturb,
+            rci_weights,
+            probe,
+            hooks,
+        })
     }
 }
 
@@ -268,12 +218,20 @@ pub(crate) struct Ctx {
     pub(crate) max_retries: u32,
     pub(crate) slo: Option<Slo>,
     pub(crate) perturb: Option<Profile>,
+    /// The images requests carry (`--images-per-request`).
+    pub(crate) images: Option<ImageSource>,
+    /// `--image-mask-ratio`.
+    pub(crate) image_mask_ratio: Option<f64>,
     pub(crate) seed: u64,
     pub(crate) rci_weights: RciWeights,
     pub(crate) max_in_flight: usize,
     pub(crate) max_users: Option<u64>,
     pub(crate) otlp: Option<OtlpSink>,
     pub(crate) live: Arc<Live>,
+    /// The plug-in hooks (built-in and external), in order.
+    pub(crate) hooks: Chain,
+    /// Ids of the attempts, for the hooks.
+    pub(crate) next_id: AtomicU64,
     /// Aborts in-flight requests (Ctrl-C).
     pub(crate) hard: CancellationToken,
 }
@@ -291,6 +249,8 @@ pub(crate) struct Attempt<'a> {
     pub(crate) max_tokens: u32,
     pub(crate) timeout: Duration,
     pub(crate) keep_text: bool,
+    /// Image URLs sent with the last user message.
+    pub(crate) images: &'a [String],
     pub(crate) span: SpanContext,
 }
 
@@ -304,23 +264,44 @@ impl Ctx {
             a.span.span_id = s;
             otlp::traceparent(&t, &s)
         });
-        let spec = RequestSpec {
-            prompt: a.prompt,
+        // The hooks see (and may rewrite) the request; RCI is the built-in RCI hook's.
+        let mut req = HookRequest {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            attempt: a.span.attempt.max(1),
+            index: a.span.index,
+            variant: a.span.perturbation.clone(),
+            state: a.span.state.clone(),
+            api: self.client.config().api,
+            prompt: std::borrow::Cow::Borrowed(a.prompt),
             max_tokens: a.max_tokens,
-            keep_text: a.keep_text,
+            params: serde_json::Map::new(),
+            metadata: serde_json::Map::new(),
             reference: a.reference.clone(),
+        };
+        self.hooks.pre_inference(&mut req).await;
+        let spec = RequestSpec {
+            prompt: &req.prompt,
+            max_tokens: req.max_tokens,
+            keep_text: a.keep_text,
+            reference: None,
             rci_weights: self.rci_weights,
             traceparent,
             timeout: a.timeout,
+            params: Some(&req.params),
+            record_tokens: self.hooks.wants_tokens(&req),
+            images: a.images,
         };
         let live = &self.live;
         live.sent.fetch_add(1, Ordering::Relaxed);
         live.inflight.fetch_add(1, Ordering::Relaxed);
-        let o = self.client.execute(&spec, &self.hard).await;
+        let mut o = self.client.execute(&spec, &self.hard).await;
         live.inflight.fetch_sub(1, Ordering::Relaxed);
         if o.error.as_ref().is_some_and(|e| e.kind == ErrorKind::Cancelled) {
             return o;
         }
+        let tokens = std::mem::take(&mut o.tokens);
+        let fin = self.hooks.finish(&req, &tokens, &mut o).await;
+        drop(tokens);
         if o.ok() {
             live.ok.fetch_add(1, Ordering::Relaxed);
             live.out_tokens.fetch_add(o.output_tokens, Ordering::Relaxed);
@@ -346,9 +327,13 @@ impl Ctx {
             f.max_context_tokens = f.max_context_tokens.max(o.input_tokens);
         }
         if let Some(sink) = &self.otlp {
-            a.span.tle = o.first_top_logprobs.as_deref().and_then(tle_bits);
-            a.span.max_tokens = a.max_tokens;
+            a.span.tle = fin.tle_bits;
+            a.span.max_tokens = req.max_tokens;
+            a.span.hook_attributes = hook_attributes(&req, &fin);
             sink.request(&o, &a.span);
+            for m in &fin.metrics {
+                sink.hook_metric(&m.hook, &m.name, m.value);
+            }
         }
         o
     }
@@ -379,48 +364,78 @@ impl Ctx {
         }
     }
 
-    /// One arrival of the open or closed loop: a prompt (and its perturbed twin).
+    /// The paired run's perturbations (text distractors, image masking).
+    pub(crate) fn perturbation(&self) -> Perturbation {
+        Perturbation {
+            text: self.perturb.clone(),
+            image_mask_ratio: self.image_mask_ratio.filter(|_| self.images.is_some()),
+        }
+    }
+
+    /// The image URLs of prompt `item` (masked by `mask_ratio`); none without `--images-per-request`.
+    fn image_urls(&self, item: u64, mask_ratio: f64) -> Vec<String> {
+        let Some(src) = &self.images else { return Vec::new() };
+        src.urls(item, mask_ratio).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot make the images of a request; sending it without");
+            Vec::new()
+        })
+    }
+
+    /// One arrival of the open or closed loop: a prompt (and its perturbed twins, one per
+    /// perturbation type).
     async fn job(&self, step: &Step) {
         let (idx, item) = self.prompts.next();
         let max_tokens = item.max_tokens.unwrap_or(self.max_tokens);
+        // A prompt's images follow it (its place in the dataset or synthetic pool).
+        let pool_index = idx % self.prompts.len().max(1) as u64;
+        let images = self.image_urls(pool_index, 0.0);
+        let perturbation = self.perturbation();
+        let types = perturbation.types();
         let mut a = Attempt {
             prompt: &item.prompt,
             reference: item.reference.clone(),
             max_tokens,
             timeout: self.timeout,
-            keep_text: self.perturb.is_some(),
-            span: SpanContext::default(),
+            keep_text: !types.is_empty(),
+            images: &images,
+            span: SpanContext { index: Some(idx), ..SpanContext::default() },
         };
-        let Some(profile) = &self.perturb else {
+        if types.is_empty() {
             self.with_retries(step, &mut a, self.max_retries, None).await;
             return;
-        };
+        }
         a.span.perturbation = Some("baseline".into());
         let base = self.with_retries(step, &mut a, self.max_retries, None).await;
-        if self.hard.is_cancelled() {
-            return;
-        }
-        let distractor = profile.distractor(self.seed, idx);
-        let perturbed = match &item.prompt {
-            Prompt::Text(t) => Prompt::Text(insert_mid(t, &distractor)),
-            Prompt::Messages(m) => {
-                let mut m = m.clone();
-                if let Some(last) = m.iter_mut().rev().find(|x| x.role == "user") {
-                    last.content = insert_mid(&last.content, &distractor);
-                }
-                Prompt::Messages(m)
+        for t in types {
+            if self.hard.is_cancelled() {
+                return;
             }
-        };
-        let mut b = Attempt {
-            prompt: &perturbed,
-            reference: item.reference.clone(),
-            max_tokens,
-            timeout: self.timeout,
-            keep_text: true,
-            span: SpanContext { perturbation: Some(profile.name.clone()), ..SpanContext::default() },
-        };
-        let pert = self.with_retries(step, &mut b, self.max_retries, None).await;
-        lock(&step.perturb).add(&base, &pert);
+            // Text alone: the built-in perturbation hook inserts the distractor (its variant is
+            // the profile's name, hooks::builtin); text with masking is perturbed here.
+            let prompt = match (&self.perturb, t) {
+                (Some(p), PerturbType::TextImageMask) => perturb_prompt(&item.prompt, &p.distractor(self.seed, idx)),
+                _ => item.prompt.clone(),
+            };
+            let masked;
+            let twin_images = if t.masks_images() {
+                masked = self.image_urls(pool_index, perturbation.image_mask_ratio.unwrap_or(0.0));
+                &masked
+            } else {
+                &images
+            };
+            let variant = perturbation.variant(t);
+            let mut b = Attempt {
+                prompt: &prompt,
+                reference: item.reference.clone(),
+                max_tokens,
+                timeout: self.timeout,
+                keep_text: true,
+                images: twin_images,
+                span: SpanContext { perturbation: Some(variant.clone()), index: Some(idx), ..SpanContext::default() },
+            };
+            let pert = self.with_retries(step, &mut b, self.max_retries, None).await;
+            lock(&step.perturb).add(t, &variant, &base, &pert);
+        }
     }
 }
 
@@ -495,6 +510,72 @@ async fn closed_loop(ctx: &Arc<Ctx>, step: &Arc<Step>, c: usize, stop: Stop) {
     while tasks.join_next().await.is_some() {}
 }
 
+/// Span attributes of what the hooks added: `inferwatch.bench.hook.<metric>` (double) and
+/// `inferwatch.bench.hook.meta.<key>` (the metadata's scalars).
+fn hook_attributes(req: &HookRequest<'_>, fin: &Finalized) -> Vec<opentelemetry_proto::tonic::common::v1::KeyValue> {
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value as V};
+    let kv = |key: String, v: V| KeyValue { key, value: Some(AnyValue { value: Some(v) }), ..Default::default() };
+    let mut out: Vec<KeyValue> =
+        fin.metrics.iter().map(|m| kv(format!("inferwatch.bench.hook.{}", m.name), V::DoubleValue(m.value))).collect();
+    for (k, v) in &req.metadata {
+        let v = match v {
+            serde_json::Value::Bool(b) => V::BoolValue(*b),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => V::IntValue(i),
+                None => V::DoubleValue(n.as_f64().unwrap_or(0.0)),
+            },
+            serde_json::Value::String(s) => V::StringValue(s.clone()),
+            other => V::StringValue(other.to_string()),
+        };
+        out.push(kv(format!("inferwatch.bench.hook.meta.{k}"), v));
+    }
+    out
+}
+
+/// The run's hook chain: the built-in perturbation, TLE and RCI hooks, then the external
+/// hooks in the order given (config file, then `--hook`), each started and greeted.
+async fn start_hooks(
+    specs: &[hooks::ExternalSpec],
+    perturb: Option<&Profile>,
+    seed: u64,
+    tle: bool,
+    rci_weights: RciWeights,
+    info: &hooks::external::BenchInfo,
+) -> Result<Chain, BenchError> {
+    let mut chain: Vec<Arc<dyn Hook>> = Vec::new();
+    if let Some(p) = perturb {
+        chain.push(Arc::new(builtin::PerturbHook::new(p.clone(), seed)));
+    }
+    if tle {
+        chain.push(Arc::new(builtin::TleHook));
+    }
+    chain.push(Arc::new(builtin::RciHook::new(rci_weights)));
+    for spec in specs {
+        let mut spec = spec.clone();
+        // Distinct names: the report and the OTLP attributes key on them.
+        let taken = |n: &str| chain.iter().any(|h| h.name() == n);
+        if let Some(n) = &spec.name
+            && taken(n)
+        {
+            return Err(BenchError::Usage(format!("two hooks are named {n:?}")));
+        }
+        let mut h = hooks::ExternalHook::start(&spec, info).await.map_err(BenchError::Usage)?;
+        if taken(h.name()) {
+            let base = h.name().to_string();
+            let name = (2..).map(|i| format!("{base}#{i}")).find(|n| !taken(n)).unwrap_or(base);
+            h.shutdown().await;
+            spec.name = Some(name);
+            h = hooks::ExternalHook::start(&spec, info).await.map_err(BenchError::Usage)?;
+        }
+        let health = h.health();
+        if health.state != "ok" {
+            tracing::warn!(hook = h.name(), detail = ?health.detail, "bench: hook did not start; the run goes on without it");
+        }
+        chain.push(Arc::new(h));
+    }
+    Ok(Chain::new(chain))
+}
+
 fn new_step(window: Option<Duration>) -> Arc<Step> {
     let mut rec = Recorder::new(Instant::now());
     if let Some(w) = window {
@@ -509,7 +590,7 @@ fn new_step(window: Option<Duration>) -> Arc<Step> {
 
 /// Runs a plan to the end (or until `hard` is cancelled) and builds the report.
 pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Report, BenchError> {
-    let Plan { args, mode, stop, client, prompts, refs, max_tokens, slo, perturb, rci_weights, probe } = plan;
+    let Plan { args, mode, stop, client, prompts, refs, max_tokens, slo, perturb, rci_weights, probe, hooks } = plan;
     let stream = client.stream;
     let client = Client::new(client).map_err(BenchError::Usage)?;
     let url = client.url().to_string();
@@ -534,6 +615,8 @@ pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Repor
             )
         }
     };
+    let info = hooks::external::BenchInfo { model: args.model.clone(), url: url.clone(), api: args.api, stream };
+    let hooks = start_hooks(&hooks, perturb.as_ref(), args.seed, args.logprobs.is_some(), rci_weights, &info).await?;
     let ctx = Arc::new(Ctx {
         client,
         prompts,
@@ -543,12 +626,19 @@ pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Repor
         max_retries: args.max_retries,
         slo,
         perturb,
+        images: match ImageOptions::from_args(&args).map_err(BenchError::Usage)? {
+            Some(o) => Some(o.start(args.seed).await.map_err(BenchError::Runtime)?),
+            None => None,
+        },
+        image_mask_ratio: args.image_mask_ratio,
         seed: args.seed,
         rci_weights,
         max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(usize::MAX).max(1),
         max_users: args.max_users,
         otlp,
         live: Arc::new(Live::default()),
+        hooks,
+        next_id: AtomicU64::new(1),
         hard,
     });
     let window = (probe == Some(ProbeKind::P99Drift)).then_some(args.window);
@@ -558,6 +648,7 @@ pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Repor
     let mut flow_report = None;
     let mut perturb_report = None;
     let mut windows_rec = None;
+    let mut trace_report = None;
     let rates: Vec<f64> = match &mode {
         Mode::Sweep(r) => r.clone(),
         Mode::Rate(r) => vec![*r],
@@ -568,6 +659,7 @@ pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Repor
         (_, Some(ProbeKind::Tps)) => "probe tps".to_string(),
         (_, Some(ProbeKind::P99Drift)) => "probe p99-drift".to_string(),
         (Mode::Flow(_), _) => "flow".to_string(),
+        (Mode::Trace(_), _) => "trace".to_string(),
         (Mode::Concurrency(c), _) => format!("c={c}"),
         _ => "rate".to_string(),
     };
@@ -610,8 +702,9 @@ pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Repor
                     windows_rec = Some(r.clone());
                 }
                 total.merge(&r);
-                if let Some(p) = &ctx.perturb {
-                    perturb_report = Some(lock(&step.perturb).report(&p.name));
+                let p = ctx.perturbation();
+                if !p.types().is_empty() {
+                    perturb_report = Some(lock(&step.perturb).report(&p.label()));
                 }
             }
         }
@@ -623,8 +716,9 @@ pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Repor
             end_progress(progress).await;
             let r = finish_step(&step);
             total.merge(&r);
-            if let Some(p) = &ctx.perturb {
-                perturb_report = Some(lock(&step.perturb).report(&p.name));
+            let p = ctx.perturbation();
+            if !p.types().is_empty() {
+                perturb_report = Some(lock(&step.perturb).report(&p.label()));
             }
         }
         Mode::Flow(flow) => {
@@ -636,6 +730,15 @@ pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Repor
             let r = finish_step(&step);
             total.merge(&r);
             flow_report = Some(state_reports(flow, &lock(&step.flow)));
+        }
+        Mode::Trace(plan) => {
+            let (step, progress) = run_step(label.clone());
+            let t = Instant::now();
+            let r = crate::trace::replay(&ctx, &step, plan.clone(), stop).await;
+            wall += t.elapsed();
+            end_progress(progress).await;
+            trace_report = Some(r?);
+            total.merge(&finish_step(&step));
         }
     }
     let results = Results::from_recorder(&total, ctx.slo.as_ref(), rci_weights, wall);
@@ -669,6 +772,11 @@ pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Repor
         }
     });
     let interrupted = ctx.hard.is_cancelled();
+    ctx.hooks.shutdown().await;
+    let hooks_report = ctx.hooks.has_external().then(|| ctx.hooks.report());
+    if let Some(i) = &ctx.images {
+        i.shutdown().await;
+    }
     let otlp_stats = match &ctx.otlp {
         Some(sink) => Some(sink.shutdown(Duration::from_secs(15)).await),
         None => None,
@@ -678,6 +786,7 @@ pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Repor
         Mode::Sweep(_) => (None, Some(args.arrivals), None),
         Mode::Concurrency(c) => (None, None, Some(*c)),
         Mode::Flow(_) => (None, Some(args.arrivals), None),
+        Mode::Trace(_) => (None, None, None),
     };
     let mode_name = match (probe, &mode) {
         (Some(ProbeKind::Ttft), _) => "probe-ttft",
@@ -687,6 +796,7 @@ pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Repor
         (None, Mode::Sweep(_)) => "rate-sweep",
         (None, Mode::Concurrency(_)) => "concurrency",
         (None, Mode::Flow(_)) => "flow",
+        (None, Mode::Trace(_)) => "trace",
     };
     Ok(Report {
         schema: crate::report::SCHEMA,
@@ -707,5 +817,7 @@ pub(crate) async fn execute(plan: Plan, hard: CancellationToken) -> Result<Repor
         probe: probe_report,
         perturb: perturb_report,
         otlp: otlp_stats,
+        hooks: hooks_report,
+        trace: trace_report,
     })
 }

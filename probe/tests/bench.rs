@@ -682,3 +682,60 @@ async fn otlp_over_http_protobuf_and_conversation_traces() {
     }
     assert!(!captured.metrics().is_empty());
 }
+
+/// TLE and RCI leave the bench as OTLP histograms beside the span attributes (issue 20, item 7),
+/// and the report's uncertain share uses the threshold of the K the server returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tle_and_rci_leave_as_otlp_histograms() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    let answer = "paris is the capital of france";
+    let s = stub::start(StubConfig { tokens: 6, answer: Some(answer.into()), ..StubConfig::default() }).await;
+    let (addr, captured) = capture::grpc().await;
+    let mut a = args(&s);
+    a.otlp_endpoint = Some(format!("http://{addr}"));
+    a.logprobs = Some(4);
+    a.concurrency = Some(1);
+    a.requests = Some(2);
+    let lines = [
+        serde_json::json!({"prompt": "capital of france?", "reference": answer}),
+        serde_json::json!({"prompt": "something else", "reference": "a completely different reference text here"}),
+    ];
+    let _f = temp("q-otlp.jsonl", &lines.iter().map(|l| l.to_string() + "\n").collect::<String>());
+    a.dataset = Some(_f.path());
+    let r = run(a).await.unwrap();
+    let tle = r.results.quality.as_ref().and_then(|q| q.tle.clone()).unwrap();
+    // Uniform top 4: 2 bits, above the K = 4 threshold of 0.5 · log2 4 = 1 bit.
+    assert_eq!((tle.k, tle.threshold_bits, tle.share_uncertain), (4, 1.0, 1.0), "{tle:?}");
+    let spans: Vec<_> = captured.spans().into_iter().map(|(_, _, s)| s).collect();
+    assert_eq!(spans.len(), 2);
+    for sp in &spans {
+        assert_eq!(attrs::attr(&sp.attributes, "inferwatch.bench.top_k"), Some(&V::IntValue(4)));
+        assert!(
+            matches!(attrs::attr(&sp.attributes, "inferwatch.bench.tle_bits"), Some(V::DoubleValue(t)) if (t - 2.0).abs() < 1e-9)
+        );
+    }
+    let last = captured.metrics().last().cloned().unwrap();
+    let metrics = &last.resource_metrics[0].scope_metrics[0].metrics;
+    let hist = |name: &str| {
+        let m = metrics.iter().find(|m| m.name == name).unwrap_or_else(|| panic!("{name} missing"));
+        let Some(Data::Histogram(h)) = &m.data else { panic!("{name}: not a histogram") };
+        (m.unit.clone(), h.clone())
+    };
+    let (unit, h) = hist("inferwatch.bench.tle_bits");
+    assert_eq!(unit, "bit");
+    assert_eq!(h.data_points.len(), 1, "one series: one model, one version");
+    let p = &h.data_points[0];
+    assert_eq!(p.count, 2);
+    assert!((p.sum.unwrap_or(0.0) - 4.0).abs() < 1e-9, "{p:?}");
+    assert_eq!(attrs::attr(&p.attributes, "gen_ai.request.model"), Some(&V::StringValue("m".into())));
+    // 2 bits falls in the bucket (1.75, 2.0].
+    let i = inferwatch_probe::otlp::TLE_BOUNDS.iter().position(|b| *b == 2.0).unwrap();
+    assert_eq!(p.bucket_counts[i], 2);
+    let (unit, h) = hist("inferwatch.bench.rci");
+    assert_eq!(unit, "1");
+    let p = &h.data_points[0];
+    assert_eq!(p.count, 2);
+    assert_eq!(p.bucket_counts[0], 1, "the identical answer: RCI ≈ 0");
+    assert!(p.max.unwrap_or(0.0) > 0.6, "{p:?}");
+}

@@ -8,6 +8,7 @@ mod filter;
 mod gpu_enrich;
 mod kv_pressure;
 mod llm_signals;
+mod llm_signals_fixtures;
 mod llm_signals_servers;
 mod peer_outlier;
 mod pod_identity;

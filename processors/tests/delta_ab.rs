@@ -310,7 +310,7 @@ fn delta_ab_snapshot_restore_continues_as_if_never_stopped() {
     for cut in [1, 4, 9] {
         let mut first = Harness::new(cfg.clone());
         let mut got = run(&mut first, &steps[..cut]);
-        assert_eq!(first.proc.state_version(), 4, "version 4: the version table in the kit's series map");
+        assert_eq!(first.proc.state_version(), 5, "version 5: replicas and warm-up per window and version");
         let mut second = first.restore_into(Harness::new(cfg.clone()));
         got.extend(run(&mut second, &steps[cut..]));
         assert_eq!(got, want, "cut after step {cut}");
@@ -566,11 +566,11 @@ fn delta_ab_lookback_snapshot_restore_continues_as_if_never_stopped() {
         assert_eq!(got, want, "cut after step {cut}");
     }
     // A checkpoint of an earlier state version is refused by the stage's envelope check.
-    assert_eq!(STATE_VERSION, 4);
-    for v in [1, 2, 3] {
+    assert_eq!(STATE_VERSION, 5);
+    for v in [1, 2, 3, 4] {
         let old = seal("delta_ab", v, &whole.proc.snapshot().unwrap());
         let msg = unseal("stage/delta_ab", "delta_ab", STATE_VERSION, &old).unwrap_err().to_string();
-        assert!(msg.contains(&format!("state version {v}, this build reads 4")), "{msg}");
+        assert!(msg.contains(&format!("state version {v}, this build reads 5")), "{msg}");
     }
 }
 
@@ -1005,4 +1005,83 @@ fn delta_ab_fleet_aa_split_of_8_replicas_gives_no_regression() {
         }
     }
     assert_eq!(seen, 8, "one comparison per window");
+}
+
+/// A rollout of v2 to the first 3 of 8 replicas at window 3 (0-based), per-request points of
+/// window `w`, `n` per replica: from window 3 on every replica is `level`× slower (a fleet-wide
+/// load change at the time of the deploy), and a v2 replica's first 2 minutes after the deploy
+/// are 3× slower (its cold start). v2 is otherwise identical to v1 (A/A).
+fn rollout_window(w: u64, n: usize, level: f64) -> ExportMetricsServiceRequest {
+    let mut resource_metrics = Vec::new();
+    for r in 0..8usize {
+        let b = w >= 3 && r < 3;
+        let version = if b { "v2" } else { "v1" };
+        let factor = if w >= 3 { level } else { 1.0 };
+        let pts: Vec<_> = lognormal(7000 * w + r as u64, n)
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let t = BASE + w * WINDOW + (i as u64) * (WINDOW / n as u64);
+                let cold = if b && w == 3 && t < BASE + 3 * WINDOW + 120 * S { 3.0 } else { 1.0 };
+                point(vec![kv("gen_ai.request.model", "llama")], t, v * factor * cold)
+            })
+            .collect();
+        resource_metrics.push(otlp::resource_metrics(
+            vec![
+                kv("service.name", "vllm"),
+                kv("service.version", version),
+                kv("service.instance.id", &format!("vllm-{r}")),
+            ],
+            scope("bench", ""),
+            vec![gauge(METRIC, "s", pts)],
+        ));
+    }
+    ExportMetricsServiceRequest { resource_metrics }
+}
+
+/// The comparisons of windows 3..6 of the A/A rollout, the default settings and `extra` (1-h look-back).
+fn rollout_comparisons(extra: serde_json::Value) -> Vec<Out> {
+    let mut cfg = json!({"metric": METRIC, "window": "10m", "lookback": "1h"});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        cfg[k] = v.clone();
+    }
+    let mut h = Harness::new(cfg);
+    let mut out = Vec::new();
+    for w in 0..6u64 {
+        assert!(h.process_metrics(&rollout_window(w, 600, 1.25)).is_empty());
+        let o = h.advance(BASE + (w + 1) * WINDOW);
+        out.extend(o.into_iter().filter(|o| o.name == "llm.anomaly.score" && o.attr("delta_ab.candidate") == "v2"));
+    }
+    out
+}
+
+#[test]
+fn delta_ab_fleet_rollout_compares_the_same_time_and_leaves_out_the_warm_up() {
+    // The previous behaviour: the baseline pools the hour before the deploy too, when the fleet
+    // was 25 % faster, and the cold start counts: an identical v2 looks like a regression.
+    let old = rollout_comparisons(json!({}));
+    assert_eq!(old.len(), 3, "{old:?}");
+    assert!(old.iter().any(|o| o.attr("delta_ab.verdict") == "regression"), "{old:?}");
+    assert!(old.iter().all(|o| o.attr("delta_ab.concurrent") == "false"));
+    // Concurrent windows only, the cold start still in: the first window's Δ is inflated.
+    let conc = rollout_comparisons(json!({"concurrent": true}));
+    assert!(conc[0].value > 20.0, "cold start in the p95: {:?}", conc[0]);
+    // Both: Δ is that of identical versions, and no regression.
+    let fixed = rollout_comparisons(json!({"concurrent": true, "warmup": "5m"}));
+    assert_eq!(fixed.len(), 3);
+    for o in &fixed {
+        assert_ne!(o.attr("delta_ab.verdict"), "regression", "{o:?}");
+        // the interval of an A/A covers the true Δ of 0
+        assert!(o.num("delta_ab.ci_low") <= 0.0 && o.num("delta_ab.ci_high") >= 0.0, "Δ of an A/A: {o:?}");
+        assert_eq!(o.attr("delta_ab.concurrent"), "true");
+        // requests and replicas per version: 5 v1 replicas, 3 v2 replicas over the same windows
+        assert_eq!((o.num("delta_ab.replicas_baseline"), o.num("delta_ab.replicas_candidate")), (5.0, 3.0), "{o:?}");
+    }
+    // The first comparison (window 3 alone): v1 600 × 5 (v1's own warm-up was at window 0, before
+    // the look-back's concurrent part), v2 the 3 replicas' points after their first 5 minutes.
+    let first = &fixed[0];
+    assert_eq!(first.num("delta_ab.n_baseline"), 3000.0, "{first:?}");
+    assert_eq!(first.num("delta_ab.warmup_candidate"), 900.0, "{first:?}");
+    assert_eq!(first.num("delta_ab.n_candidate"), 900.0, "{first:?}");
+    assert_eq!(fixed[2].num("delta_ab.n_candidate"), 3.0 * 600.0 * 3.0 - 900.0, "{:?}", fixed[2]);
 }

@@ -204,12 +204,15 @@ const VLLM_LAT_V1: &[(&str, &str)] = &[
     ("tpot", "vllm:request_time_per_output_token_seconds"),
     ("e2e", "vllm:e2e_request_latency_seconds"),
     ("queue", "vllm:request_queue_time_seconds"),
+    ("itl", "vllm:inter_token_latency_seconds"),
 ];
+/// vLLM ≤ 0.10 and V0: the per-step `time_per_output_token_seconds` is the ITL and the TPOT fallback.
 const VLLM_LAT_OLD: &[(&str, &str)] = &[
     ("ttft", "vllm:time_to_first_token_seconds"),
     ("tpot", "vllm:time_per_output_token_seconds"),
     ("e2e", "vllm:e2e_request_latency_seconds"),
     ("queue", "vllm:request_queue_time_seconds"),
+    ("itl", "vllm:time_per_output_token_seconds"),
 ];
 
 fn expectations() -> Vec<Expect> {
@@ -262,6 +265,7 @@ fn expectations() -> Vec<Expect> {
                 ("tpot", "sglang:request_time_per_output_token_seconds"),
                 ("e2e", "sglang:e2e_request_latency_seconds"),
                 ("queue", "sglang:queue_time_seconds"),
+                ("itl", "sglang:inter_token_latency_seconds"),
             ],
             scalars: &["llm.kv_cache.usage", "llm.prefix_cache.hit_rate", "llm.prefix_cache.low"],
             requests: &["sglang:num_requests_total"],

@@ -213,6 +213,32 @@ fn one_degrading_replica_of_eight_is_flagged_within_ten_minutes_and_named() {
 }
 
 #[test]
+fn cusum_integrates_a_steady_deviation_that_never_reaches_the_threshold() {
+    // +7.5 % on one replica of 8 with 2 % noise and no static bias: against the floor of 10 %
+    // / threshold 4 (2.5 % of the median) z ≈ 3 in the windows after onset, below the threshold,
+    // so `consecutive` never flags it; the CUSUM (slack 1, limit 6) accumulates about 2 per
+    // window and flags it within 5 windows, naming only that replica.
+    let mut fleet = Fleet::new("llama-3-8b", 8, 23);
+    (fleet.noise, fleet.bias, fleet.spikes, fleet.minutes) = (0.02, 0.0, 0.0, 150);
+    let onset = 100;
+    fleet.degrade = Some((2, onset, 0.075));
+    let base = json!({"threshold": 4.0, "min_relative_deviation": 0.1});
+    let consecutive = run(&mut harness(base.clone()), std::slice::from_ref(&fleet));
+    assert!(flagged(&consecutive).is_empty(), "z stays under the threshold: {:?}", flagged(&consecutive).first());
+    let mut cfg = base;
+    cfg["persistence"] = json!("cusum");
+    let levels = run(&mut harness(cfg), &[fleet]);
+    let hits = flagged(&levels);
+    let names: BTreeSet<&str> = hits.iter().map(|p| p.attr("service.instance.id")).collect();
+    assert_eq!(names, BTreeSet::from(["vllm-2"]), "only the degraded replica");
+    let first = hits.iter().map(|p| minute_of(p)).fold(f64::INFINITY, f64::min);
+    assert!(first > onset as f64 && first - onset as f64 <= 5.0, "flagged at minute {first}");
+    assert_eq!(hits[0].attr("peer_outlier.persistence"), "cusum");
+    assert!(hits[0].num("peer_outlier.evidence") >= 6.0, "{:?}", hits[0]);
+    assert!(hits[0].num("peer_outlier.streak") < 4.0, "not 4 windows at the threshold: {:?}", hits[0]);
+}
+
+#[test]
 fn a_fleet_wide_traffic_peak_raises_nothing() {
     let mut fleet = Fleet::new("llama-3-8b", 8, 12);
     fleet.peak = Some((60, 30, 0.8));
@@ -320,10 +346,10 @@ fn checkpoints_of_another_version_or_window_are_refused() {
     run(&mut h, &[fleet]);
     let bytes = h.proc.snapshot().unwrap();
     // The stage's envelope refuses another state version.
-    assert_eq!(STATE_VERSION, 2);
+    assert_eq!(STATE_VERSION, 3);
     let sealed = seal("peer_outlier", STATE_VERSION + 1, &bytes);
     let msg = unseal("stage/peer_outlier", "peer_outlier", STATE_VERSION, &sealed).unwrap_err().to_string();
-    assert!(msg.contains("state version 3, this build reads 2"), "{msg}");
+    assert!(msg.contains("state version 4, this build reads 3"), "{msg}");
     // The kit's own envelope (format, version) too, and the live state is untouched.
     let mut fresh = harness(json!({}));
     let mut fleet2 = Fleet::new("llama-3-8b", 3, 42);
@@ -331,10 +357,10 @@ fn checkpoints_of_another_version_or_window_are_refused() {
     run(&mut fresh, &[fleet2]);
     let held = fresh.proc.series_count();
     let mut other = bytes.clone();
-    assert_eq!(other[1], 2, "postcard varint of the state version");
-    other[1] = 3;
+    assert_eq!(other[1], 3, "postcard varint of the state version");
+    other[1] = 4;
     match fresh.proc.restore(&other) {
-        Err(StateError::Corrupt { message, .. }) => assert!(message.contains("state version 3"), "{message}"),
+        Err(StateError::Corrupt { message, .. }) => assert!(message.contains("state version 4"), "{message}"),
         e => panic!("want a refusal, got {e:?}"),
     }
     assert!(matches!(fresh.proc.restore(b"garbage"), Err(StateError::Corrupt { .. })));

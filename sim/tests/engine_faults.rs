@@ -16,6 +16,7 @@ fn chat(qps: f64) -> LoadSpec {
         prompt: LengthDist { median: 250.0, sigma: 0.8, min: 8, max: 4000 },
         output: LengthDist { median: 150.0, sigma: 0.6, min: 1, max: 1024 },
         prefix: Some(PrefixSpec { pool: 16, tokens: 1024, share: 0.9, zipf: 1.0 }),
+        trace: None,
     }
 }
 

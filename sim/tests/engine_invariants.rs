@@ -20,6 +20,7 @@ fn load(qps: f64, prompt_median: f64) -> LoadSpec {
         prompt: LengthDist { median: prompt_median, sigma: 0.9, min: 1, max: 6000 },
         output: LengthDist { median: 120.0, sigma: 0.7, min: 1, max: 600 },
         prefix: Some(PrefixSpec { pool: 8, tokens: 512, share: 0.7, zipf: 1.0 }),
+        trace: None,
     }
 }
 

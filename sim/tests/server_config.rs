@@ -136,6 +136,9 @@ fn vllm_version_key_quoted_or_not() {
     assert_eq!(SimConfig::parse("vllm_version: 0.10\n").unwrap().vllm_version, Some(VllmVersion::V0_10));
     assert_eq!(SimConfig::parse("vllm_version: \"0.33\"\n").unwrap().vllm_version, Some(VllmVersion::V0_33));
     assert_eq!(SimConfig::parse("median_output_tokens: 5\n").unwrap().vllm_version, None);
-    let err = SimConfig::parse("vllm_version: \"0.6\"\n").unwrap_err();
-    assert!(err.contains("0.6"), "{err}");
+    // vLLM 0.6.6, the V0 engine, quoted or not
+    assert_eq!(SimConfig::parse("vllm_version: \"0.6\"\n").unwrap().vllm_version, Some(VllmVersion::V0_6));
+    assert_eq!(SimConfig::parse("vllm_version: 0.6\n").unwrap().vllm_version, Some(VllmVersion::V0_6));
+    let err = SimConfig::parse("vllm_version: \"0.7\"\n").unwrap_err();
+    assert!(err.contains("0.7"), "{err}");
 }

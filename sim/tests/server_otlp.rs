@@ -8,7 +8,7 @@ use inferwatch_testkit::capture;
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::*;
 
 /// The phase attributes add up as vLLM V1 defines them.
@@ -116,9 +116,9 @@ async fn grpc_spans_match_responses_and_honour_traceparent() {
     assert_eq!(int_attr(&chat.attributes, "gen_ai.request.n"), Some(1));
     assert_eq!(f64_of(&chat.attributes, "gen_ai.request.temperature"), 0.5);
     assert_eq!(f64_of(&chat.attributes, "gen_ai.request.top_p"), 1.0);
-    let fr: Value =
-        serde_json::from_str(str_attr(&chat.attributes, "gen_ai.response.finish_reasons").unwrap()).unwrap();
-    assert!(fr == json!(["length"]) || fr == json!(["stop"]), "{fr}");
+    // real vLLM sets neither a finish reason nor a status on `llm_request`
+    assert!(attr(&chat.attributes, "gen_ai.response.finish_reasons").is_none());
+    assert!(chat.status.is_none());
 
     let cmpl = by_id(v["id"].as_str().unwrap());
     assert!(cmpl.parent_span_id.is_empty(), "no traceparent: a root span");
@@ -127,7 +127,7 @@ async fn grpc_spans_match_responses_and_honour_traceparent() {
     assert_eq!(int_attr(&cmpl.attributes, "gen_ai.usage.prompt_tokens"), v["usage"]["prompt_tokens"].as_i64());
     assert!(attr(&cmpl.attributes, "gen_ai.request.temperature").is_none(), "temperature 0 is omitted");
     assert_eq!(f64_of(&cmpl.attributes, "gen_ai.request.top_p"), 0.9);
-    assert_eq!(str_attr(&cmpl.attributes, "gen_ai.response.finish_reasons"), Some("[\"length\"]"));
+    assert!(attr(&cmpl.attributes, "gen_ai.response.finish_reasons").is_none());
 
     let base_id = v2["id"].as_str().unwrap();
     let mut total = 0;

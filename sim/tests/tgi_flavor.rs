@@ -262,7 +262,8 @@ struct Cli {
 async fn info_and_the_flavor_flag() {
     assert_eq!(Cli::try_parse_from(["sim", "--flavor", "tgi"]).unwrap().sim.flavor, Flavor::Tgi);
     assert_eq!(Cli::try_parse_from(["sim"]).unwrap().sim.flavor, Flavor::Vllm, "vllm by default");
-    assert!(Cli::try_parse_from(["sim", "--flavor", "sglang"]).is_err());
+    assert_eq!(Cli::try_parse_from(["sim", "--flavor", "sglang"]).unwrap().sim.flavor, Flavor::Sglang);
+    assert!(Cli::try_parse_from(["sim", "--flavor", "trtllm"]).is_err());
 
     let c = client();
     let tgi = start(tgi_args()).await;

@@ -554,7 +554,7 @@ def test_killing_a_gateway_under_load_loses_no_acknowledged_span(agents, grpc_si
 def test_shipped_gateway_pipeline_flags_the_replica_worse_than_its_peers_and_forwards_each_series_once(
         agents, grpc_sink, tmp_path):
     """deploy/pipelines/gateway.yaml as shipped, behind an agent's `loadbalancing`: 8 replicas of
-    one model send llm.ttft.p95 per 1-minute window (event time, 10 windows), one of them 30 %
+    one model send llm.tpot.p50 per 1-minute window (event time, 10 windows), one of them 30 %
     slower from the third window; peer_outlier flags that replica and no other, its alert goes
     out as an OTLP log record, and every series the agents sent is forwarded exactly once (the
     fleet pipelines pass on only their own outputs; the agents' own anomaly series are not
@@ -586,7 +586,7 @@ def test_shipped_gateway_pipeline_flags_the_replica_worse_than_its_peers_and_for
                 if inst == slow and w >= 2:
                     v *= 1.3
                 t = base + w * 60_000_000_000 + 30_000_000_000
-                metrics = [metrics_pb2.Metric(name="llm.ttft.p95", unit="s", gauge=metrics_pb2.Gauge(data_points=[
+                metrics = [metrics_pb2.Metric(name="llm.tpot.p50", unit="s", gauge=metrics_pb2.Gauge(data_points=[
                     metrics_pb2.NumberDataPoint(as_double=v, time_unix_nano=t)]))]
                 if r == 0:   # an agent's own detector output: forwarded, never judged by the peers
                     metrics.append(metrics_pb2.Metric(name="llm.anomaly.level", gauge=metrics_pb2.Gauge(data_points=[
@@ -601,7 +601,7 @@ def test_shipped_gateway_pipeline_flags_the_replica_worse_than_its_peers_and_for
             # One window after the other, as agents send them a minute apart (a burst could reach
             # the gateway out of order through the agent's parallel senders, and a window behind
             # the watermark is late).
-            wait_until(lambda: sum(1 for _, _, m in sink.metrics() if m.name == "llm.ttft.p95"
+            wait_until(lambda: sum(1 for _, _, m in sink.metrics() if m.name == "llm.tpot.p50"
                                    for _ in otlp.data_points(m)) >= 8 * (w + 1), 20, f"window {w} at the gateway")
     finally:
         c.close()
@@ -633,11 +633,11 @@ def test_shipped_gateway_pipeline_flags_the_replica_worse_than_its_peers_and_for
     forwarded = collections.Counter(
         (otlp.attrs(rm.resource.attributes)["service.instance.id"], m.name, p.time_unix_nano)
         for rm, _, m in sink.metrics() for p in otlp.data_points(m)
-        if m.name == "llm.ttft.p95" or otlp.attrs(p.attributes).get("detector") == "zscore_skew")
+        if m.name == "llm.tpot.p50" or otlp.attrs(p.attributes).get("detector") == "zscore_skew")
     assert sum(forwarded.values()) == sent and set(forwarded.values()) == {1}, forwarded.most_common(3)
     judged = {otlp.attrs(p.attributes).get("metric") for _, _, m in sink.metrics() if m.name == "llm.anomaly.level"
               for p in otlp.data_points(m) if otlp.attrs(p.attributes).get("detector") == "peer_outlier"}
-    assert judged == {"llm.ttft.p95"}, judged
+    assert judged == {"llm.tpot.p50"}, judged
 
 
 def test_shipped_gateway_pipeline_compares_versions_pooled_over_the_replicas(agents, grpc_sink, tmp_path):
@@ -656,7 +656,8 @@ def test_shipped_gateway_pipeline_compares_versions_pooled_over_the_replicas(age
            "INFERWATCH_HEALTH_ENDPOINT": f"127.0.0.1:{ports.health}",
            "INFERWATCH_METRICS_ADDRESS": f"127.0.0.1:{ports.metrics}",
            "INFERWATCH_PROMETHEUS_ENDPOINT": f"127.0.0.1:{prom}", "INFERWATCH_STATE_DIR": str(tmp_path / "gw"),
-           "GATEWAY_OTLP_ENDPOINT": sink.endpoint, "ALERTMANAGER_URL": "", "AB_WINDOW": "1m", "AB_LOOKBACK": "1m"}
+           "GATEWAY_OTLP_ENDPOINT": sink.endpoint, "ALERTMANAGER_URL": "", "AB_WINDOW": "1m", "AB_LOOKBACK": "1m",
+           "AB_WARMUP": "0s"}
     agents("gateway", (REPO / "deploy" / "pipelines" / "gateway.yaml").read_text(), ports, env=env)
     agent = start_agent(agents, "agent", {"static": {"hostnames": [ports.grpc_endpoint]}})
 

@@ -1,6 +1,7 @@
-"""`inferwatch sim` against what vLLM really registers by default: the families of its `/metrics`,
-parsed with prometheus_client's own parser, compared field by field with the reference table read
-from vLLM's released source (tests/fixtures/servers/vllm-<version>.metrics.json, issue 20).
+"""`inferwatch sim` against what vLLM (0.33, 0.10, V0 0.6.6) and SGLang 0.5.23 really register: the
+families of its `/metrics`, parsed with prometheus_client's own parser, compared field by field with
+the reference table read from the server's released source
+(tests/fixtures/servers/<server>-<version>.metrics.json, issue 20).
 
 The table is checked against the capture rendered by the real prometheus_client from the same
 definitions (vllm-<version>.prom) first, so that a wrong expectation here fails on the fixture and
@@ -12,7 +13,10 @@ import json
 from pathlib import Path
 
 import pytest
+import requests
 from prometheus_client.parser import text_string_to_metric_families
+
+from support.prometheus import wait_until
 
 from support.sim import FAST_ANSWERS, FAST_GPU, long_prompt, run_load, sim_bin, sims  # noqa: F401 (fixtures)
 
@@ -22,16 +26,17 @@ MODEL = "fidelity-model"
 MAX_MODEL_LEN = "8192"
 CONFIG = {**FAST_ANSWERS, "engine": {"gpu": FAST_GPU}}
 # fixture version -> the sim's --vllm-version
-VERSIONS = {"0.33.0": "0.33", "0.10.0": "0.10"}
+VERSIONS = {"0.33.0": "0.33", "0.10.0": "0.10", "0.6.6.post1": "0.6"}
+SGLANG = "0.5.23"
 
 
-def table(version: str) -> dict:
-    return json.loads((FIXTURES / f"vllm-{version}.metrics.json").read_text())
+def table(version: str, server: str = "vllm") -> dict:
+    return json.loads((FIXTURES / f"{server}-{version}.metrics.json").read_text())
 
 
-def parse(text: str) -> dict:
-    """prometheus_client's parser: exposed family name -> Metric (vllm: families only)."""
-    return {f.name: f for f in text_string_to_metric_families(text) if f.name.startswith("vllm:")}
+def parse(text: str, prefix: str = "vllm:") -> dict:
+    """prometheus_client's parser: exposed family name -> Metric (the server's families only)."""
+    return {f.name: f for f in text_string_to_metric_families(text) if f.name.startswith(prefix)}
 
 
 def expected_families(t: dict) -> dict[str, dict]:
@@ -50,11 +55,14 @@ def label_sets(fam) -> set[frozenset]:
     return {frozenset(k for k in s.labels if not (k == "le" and s.name.endswith("_bucket"))) for s in fam.samples}
 
 
-def compare(fams: dict, t: dict, model: str | None) -> list[str]:
-    """Every difference between parsed families and the table, as readable lines."""
+def compare(fams: dict, t: dict, model: str | None, required: set | None = None) -> list[str]:
+    """Every difference between parsed families and the table, as readable lines. Every table
+    family must be there, or (multiprocess servers, whose families appear with their first child)
+    those in `required`."""
     want = expected_families(t)
-    problems = [f"{n}: missing" for n in sorted(set(want) - set(fams))]
-    problems += [f"{n}: not a vLLM {t['version']} default family" for n in sorted(set(fams) - set(want))]
+    must = set(want) if required is None else required
+    problems = [f"{n}: missing" for n in sorted(must - set(fams))]
+    problems += [f"{n}: not a {t['server']} {t['version']} family" for n in sorted(set(fams) - set(want))]
     for name in sorted(set(want) & set(fams)):
         row, fam = want[name], fams[name]
         if fam.type != row["type"]:
@@ -65,15 +73,20 @@ def compare(fams: dict, t: dict, model: str | None) -> list[str]:
             problems.append(f"{name}: no samples")
             continue
         sets = label_sets(fam)
-        if sets != {frozenset(row["labelnames"])}:
+        # multiprocess gauges of mode `all` carry the process id
+        pid = t.get("exposition_mode") == "multiprocess" and row["type"] == "gauge" and \
+            row.get("multiprocess_mode") in (None, "all")
+        if sets != {frozenset(row["labelnames"]) | ({"pid"} if pid else set())}:
             problems.append(f"{name}: label names {sorted(map(sorted, sets))}, vLLM has {sorted(row['labelnames'])}")
         for label, values in (row.get("label_values") or {}).items():
             got = {s.labels.get(label) for s in fam.samples}
-            if got != set(values):
+            # a multiprocess server has a child per value seen so far; a single process one all
+            seen_so_far = t.get("exposition_mode") == "multiprocess"
+            if not got <= set(values) if seen_so_far else got != set(values):
                 problems.append(f"{name}: {label} values {sorted(map(str, got))}, vLLM has {sorted(values)}")
         if model is not None and "model_name" in row["labelnames"]:
             bad = {(s.labels.get("model_name"), s.labels.get("engine")) for s in fam.samples} - {(model, "0")}
-            if "engine" not in row["labelnames"]:
+            if "engine" not in row["labelnames"] or t["server"] != "vllm" or t.get("engine") == "V0":
                 bad = {m for m, _ in bad if m != model}
             if bad:
                 problems.append(f"{name}: model_name/engine {sorted(map(str, bad))}")
@@ -97,13 +110,31 @@ def value(fams: dict, name: str, sample: str | None = None, **labels) -> float:
     return sum(got)
 
 
+def capture(version: str, server: str = "vllm") -> dict:
+    return parse((FIXTURES / f"{server}-{version}.prom").read_text(), f"{server}:")
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_reference_table_matches_the_real_client_capture(version):
     """The table and the prometheus_client capture agree, so the table is what a real server shows."""
     t = table(version)
     assert len(t["families"]) == t["family_count"]
-    capture = parse((FIXTURES / f"vllm-{version}.prom").read_text())
-    assert compare(capture, t, None) == []
+    cap = capture(version)
+    # multiprocess (V0): the families with a child after a normal run, which are the capture's
+    required = set(cap) if t.get("exposition_mode") == "multiprocess" else None
+    if required:
+        assert len(cap) == 29, sorted(cap)
+    assert compare(cap, t, None, required) == []
+
+
+def test_the_sglang_table_matches_its_capture():
+    t = table(SGLANG, "sglang")
+    assert len(t["families"]) == t["family_count"] == 130
+    cap = capture(SGLANG, "sglang")
+    assert len(cap) == 49
+    problems = compare(cap, t, None, set(cap))
+    # the capture's `cuda_graph_passes` modes are not the source's (`prefill_none`, ...); names are
+    assert problems == [], "\n".join(problems)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -112,7 +143,17 @@ def test_sim_metrics_are_the_vllm_default_families(sims, version):
     sim = sims("sim", "--served-model-name", MODEL, "--max-model-len", MAX_MODEL_LEN,
                "--vllm-version", VERSIONS[version], config=CONFIG)
     idle = parse(sim.metrics_text())
-    assert compare(idle, t, MODEL) == [], "idle: every default family is there before any request"
+    v0 = t.get("engine") == "V0"
+    # V0 (multiprocess): a family shows once it has a child; idle, the gauges and counters of
+    # the engine's stats log, none of the histograms, no request_success reason yet.
+    required = set(capture(version)) if v0 else None
+    idle_required = {n for n, f in capture(version).items() if f.type in ("gauge", "counter")} - \
+        {"vllm:request_success"} if v0 else None
+    assert compare(idle, t, MODEL, idle_required) == [], "idle: every default family is there before any request"
+    if v0:
+        assert not any(f.type == "histogram" for f in idle.values()), sorted(idle)
+        assert "vllm:request_success" not in idle
+        assert "_created" not in sim.metrics_text()
 
     c = sim.client()
     shared = long_prompt(200, 1)
@@ -125,11 +166,22 @@ def test_sim_metrics_are_the_vllm_default_families(sims, version):
     run_load(call, 4, workers=1)  # sequential: the second and later find the first one's blocks
     run_load(lambda i: call(4 + i), 8, workers=4)
     fams = parse(sim.metrics_text())
-    problems = compare(fams, t, MODEL)
+    problems = compare(fams, t, MODEL, required)
     assert problems == [], "\n".join(problems)
 
     finished = value(fams, "vllm:request_success", "vllm:request_success_total")
     assert finished == 12
+    if v0:
+        assert set(fams) == set(capture(version)), "the families of the V0 capture after traffic"
+        reasons = {s.labels["finished_reason"] for s in fams["vllm:request_success"].samples}
+        assert reasons <= {"stop", "length"} and reasons, reasons
+        itl = value(fams, "vllm:time_per_output_token_seconds", "vllm:time_per_output_token_seconds_count")
+        generated = value(fams, "vllm:generation_tokens", "vllm:generation_tokens_total")
+        assert itl == generated - finished, "one interval per token after each request's first"
+        assert value(fams, "vllm:time_in_queue_requests", "vllm:time_in_queue_requests_count") == finished
+        hit = value(fams, "vllm:gpu_prefix_cache_hit_rate")
+        assert 0 < hit < 1, f"V0's hit-rate gauge moved with the repeated prompt: {hit}"
+        return
     prompt = value(fams, "vllm:prompt_tokens", "vllm:prompt_tokens_total")
     hits = value(fams, "vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total")
     assert hits > 0, "the repeated prompt hit the prefix cache"
@@ -155,3 +207,52 @@ def test_sim_metrics_are_the_vllm_default_families(sims, version):
                  source="device") == cached
     assert value(fams, "vllm:num_requests_waiting_by_reason") == value(fams, "vllm:num_requests_waiting")
     assert value(fams, "vllm:engine_sleep_state", sleep_state="awake") == 1
+
+
+def test_sim_sglang_metrics_are_sglangs(sims):
+    """`--flavor sglang` over HTTP: prometheus_client's parser reads it; every family is one SGLang
+    0.5.23 registers (type, help, label set with `pid` on the mode-`all` gauges, is_streaming and
+    cache_source values, buckets); after traffic every family of the capture is there; the
+    values follow the requests."""
+    t = table(SGLANG, "sglang")
+    sim = sims("sglang", "--flavor", "sglang", "--served-model-name", MODEL, config=CONFIG)
+    idle = parse(sim.metrics_text(), "sglang:")
+    assert compare(idle, t, MODEL, {"sglang:num_running_reqs", "sglang:token_usage", "sglang:max_total_num_tokens"}) \
+        == []
+    assert "sglang:time_to_first_token_seconds" not in idle, "no child before the first request"
+    c = sim.client()
+    shared = long_prompt(200, 1)
+    run_load(lambda i: c.completions.create(model=MODEL, prompt=shared, max_tokens=4), 3, workers=1)
+    run_load(lambda i: list(c.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": long_prompt(30, 50 + i)}], max_tokens=5, stream=True)),
+        4, workers=2)
+    # a client that goes away mid-stream: SGLang's tokenizer aborts the request and counts it
+    with requests.post(sim.url + "/v1/completions", stream=True, timeout=30,
+                       json={"model": MODEL, "prompt": "long", "max_tokens": 3000, "stream": True,
+                             "ignore_eos": True}) as resp:
+        assert resp.status_code == 200
+        next(resp.iter_lines())
+    text = wait_until(lambda: (lambda t: t if "sglang:num_aborted_requests_total{" in t else None)(sim.metrics_text()),
+                      20, "the abort counted")
+    assert "_created" not in text
+    fams = parse(text, "sglang:")
+    cap = capture(SGLANG, "sglang")
+    problems = compare(fams, t, MODEL, set(cap))
+    assert problems == [], "\n".join(problems)
+    by_stream = lambda fam, sample, s: value(fams, fam, sample, is_streaming=s)  # noqa: E731
+    assert by_stream("sglang:num_requests", "sglang:num_requests_total", "false") == 3
+    assert by_stream("sglang:num_requests", "sglang:num_requests_total", "true") == 5, "the aborted one too"
+    assert value(fams, "sglang:num_aborted_requests", "sglang:num_aborted_requests_total") == 1
+    assert by_stream("sglang:time_to_first_token_seconds", "sglang:time_to_first_token_seconds_count", "true") == 5
+    assert value(fams, "sglang:cached_tokens", "sglang:cached_tokens_total", cache_source="device") > 0, \
+        "the repeated prompt hit the prefix cache"
+    assert value(fams, "sglang:queue_time_seconds", "sglang:queue_time_seconds_count") == 8
+    # only streamed requests record inter-token latencies: one per token after each first
+    generated = by_stream("sglang:generation_tokens", "sglang:generation_tokens_total", "true")
+    assert value(fams, "sglang:inter_token_latency_seconds", "sglang:inter_token_latency_seconds_count") == \
+        generated - 5
+    assert value(fams, "sglang:http_responses", "sglang:http_responses_total", endpoint="/v1/completions",
+                 status_code="200") == 4, "3 whole, 1 streamed (then dropped)"
+    assert value(fams, "sglang:max_total_num_tokens") > 0
+    pids = {s.labels["pid"] for s in fams["sglang:num_retracted_reqs"].samples}
+    assert len(pids) == 1 and pids.pop().isdigit()

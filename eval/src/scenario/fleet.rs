@@ -220,6 +220,29 @@ pub fn score(truth: &GroundTruth, f: &Fleet, alerts: &[Firing]) -> Outcome {
     }
 }
 
+/// A hand-made fleet ground truth for tests: `n` replicas `vllm-0` … of model `m` over 3 hours
+/// from time 0, those in `faulted` (index, onset ns) faulted, and the rollout section `rollout`
+/// (JSON of the ground truth's `fleet.rollout`).
+pub fn fixture(
+    n: usize,
+    faulted: &[(usize, u64)],
+    rollout: Option<serde_json::Value>,
+) -> Result<GroundTruth, serde_json::Error> {
+    const MIN: u64 = 60_000_000_000;
+    let replicas: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            let on = faulted.iter().find(|f| f.0 == i).map(|f| f.1);
+            serde_json::json!({"name": format!("vllm-{i}"), "faulted": on.is_some(), "fault_onset_unix_nano": on})
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "format": 1, "scenario": "f", "start_time_unix_nano": 0u64, "end_time_unix_nano": 180 * MIN,
+        "slo": {"metric": "ttft", "quantile": 0.95, "threshold_s": 1.0, "window_s": 300.0},
+        "healthy": faulted.is_empty(), "instances": [],
+        "fleet": {"model": "m", "replicas": replicas, "rollout": rollout}
+    }))
+}
+
 /// The fleet table: per fleet scenario, the replica named, its delay, false alarms and the rollout verdict.
 pub fn table(outcomes: &[&Outcome]) -> String {
     let rows: Vec<(&Outcome, &FleetOutcome)> =
@@ -270,19 +293,7 @@ mod tests {
     const MIN: u64 = 60_000_000_000;
 
     fn truth(n: usize, faulted: &[(usize, u64)], rollout: Option<serde_json::Value>) -> GroundTruth {
-        let replicas: Vec<serde_json::Value> = (0..n)
-            .map(|i| {
-                let on = faulted.iter().find(|f| f.0 == i).map(|f| f.1);
-                serde_json::json!({"name": format!("vllm-{i}"), "faulted": on.is_some(), "fault_onset_unix_nano": on})
-            })
-            .collect();
-        serde_json::from_value(serde_json::json!({
-            "format": 1, "scenario": "f", "start_time_unix_nano": 0u64, "end_time_unix_nano": 180 * MIN,
-            "slo": {"metric": "ttft", "quantile": 0.95, "threshold_s": 1.0, "window_s": 300.0},
-            "healthy": faulted.is_empty(), "instances": [],
-            "fleet": {"model": "m", "replicas": replicas, "rollout": rollout}
-        }))
-        .unwrap()
+        fixture(n, faulted, rollout).unwrap()
     }
 
     fn fired(t: u64, detector: &str, instance: &str) -> Firing {

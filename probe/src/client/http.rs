@@ -5,7 +5,7 @@ use super::outcome::{ErrorKind, Outcome, RequestError, truncate};
 use super::request::{Api, ClientConfig, Prompt, RequestSpec, api_url, estimate_tokens};
 use super::sse::SseParser;
 use super::stream::StreamState;
-use super::wire::{Body, Full, MessageRef, StreamOptions, first_logprobs};
+use super::wire::{Body, ContentRef, Full, MessageRef, PartRef, StreamOptions, UrlRef, first_logprobs};
 use crate::quality::Rci;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -59,7 +59,10 @@ impl Client {
             .user_agent(concat!("inferwatch-bench/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        let url = api_url(&cfg.endpoint, cfg.api);
+        let url = match cfg.api {
+            Api::Tgi => super::tgi::url(&cfg.endpoint, cfg.stream),
+            _ => api_url(&cfg.endpoint, cfg.api),
+        };
         let parsed = reqwest::Url::parse(&url).map_err(|e| format!("invalid --endpoint {:?}: {e}", cfg.endpoint))?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(format!("invalid --endpoint {:?}: the scheme must be http or https", cfg.endpoint));
@@ -81,18 +84,31 @@ impl Client {
     /// The JSON body of a request.
     pub fn body(&self, spec: &RequestSpec<'_>) -> Vec<u8> {
         let c = &self.cfg;
+        if c.api == Api::Tgi {
+            return super::tgi::body(c, spec);
+        }
         let text;
         let (m, p) = match c.api {
             Api::Chat => {
-                let m = match spec.prompt {
-                    Prompt::Text(t) => vec![MessageRef { role: "user", content: t }],
+                let mut m: Vec<MessageRef<'_>> = match spec.prompt {
+                    Prompt::Text(t) => vec![MessageRef { role: "user", content: ContentRef::Text(t) }],
                     Prompt::Messages(m) => {
-                        m.iter().map(|x| MessageRef { role: &x.role, content: &x.content }).collect()
+                        m.iter().map(|x| MessageRef { role: &x.role, content: ContentRef::Text(&x.content) }).collect()
                     }
                 };
+                // Images go with the last user message, before its text.
+                if !spec.images.is_empty()
+                    && let Some(last) = m.iter_mut().rev().find(|x| x.role == "user")
+                    && let ContentRef::Text(text) = last.content
+                {
+                    let mut parts: Vec<PartRef<'_>> =
+                        spec.images.iter().map(|u| PartRef::ImageUrl { image_url: UrlRef { url: u } }).collect();
+                    parts.push(PartRef::Text { text });
+                    last.content = ContentRef::Parts(parts);
+                }
                 (Some(m), None)
             }
-            Api::Completions => {
+            Api::Completions | Api::Tgi => {
                 text = spec.prompt.to_text();
                 (None, Some(&text[..]))
             }
@@ -100,7 +116,7 @@ impl Client {
         let (logprobs, top_logprobs) = match (c.logprobs, c.api) {
             (None, _) => (None, None),
             (Some(k), Api::Chat) => (Some(serde_json::Value::Bool(true)), Some(k)),
-            (Some(k), Api::Completions) => (Some(serde_json::Value::from(k)), None),
+            (Some(k), Api::Completions | Api::Tgi) => (Some(serde_json::Value::from(k)), None),
         };
         let body = Body {
             model: &c.model,
@@ -115,7 +131,16 @@ impl Client {
             ignore_eos: c.ignore_eos.then_some(true),
         };
         // Serialising plain structs and strings cannot fail.
-        serde_json::to_vec(&body).unwrap_or_default()
+        match spec.params.filter(|p| !p.is_empty()) {
+            None => serde_json::to_vec(&body).unwrap_or_default(),
+            Some(extra) => {
+                let mut v = serde_json::to_value(&body).unwrap_or_default();
+                if let Some(m) = v.as_object_mut() {
+                    m.extend(extra.iter().map(|(k, x)| (k.clone(), x.clone())));
+                }
+                serde_json::to_vec(&v).unwrap_or_default()
+            }
+        }
     }
 
     /// Sends one request and measures it. Never fails: errors are in the outcome.
@@ -175,14 +200,19 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if !self.cfg.stream || !is_sse {
+            let prompt_tokens = super::tgi::prompt_tokens(resp.headers());
             let bytes = resp.bytes().await.map_err(|e| transport_error(&e))?;
             out.e2e = start.elapsed();
+            if self.cfg.api == Api::Tgi {
+                return super::tgi::full(spec, &bytes, prompt_tokens, self.cfg.logprobs.is_some(), out);
+            }
             return self.full(spec, &bytes, out);
         }
         let mut st = StreamState {
             start,
             last: None,
             keep_text: spec.keep_text,
+            record_tokens: spec.record_tokens,
             want_logprobs: self.cfg.logprobs.is_some(),
             rci: spec.reference.clone().map(Rci::new),
             done: false,
@@ -191,12 +221,14 @@ impl Client {
             error: None,
         };
         let mut sse = SseParser::new();
+        let tgi = self.cfg.api == Api::Tgi;
         loop {
             let chunk = resp.chunk().await.map_err(|e| transport_error(&e))?;
             let now = Instant::now();
+            let mut on = |d: &str| if tgi { super::tgi::event(&mut st, d, now, out) } else { st.event(d, now, out) };
             let ok = match &chunk {
-                Some(b) => sse.feed(b, &mut |d| st.event(d, now, out)),
-                None => sse.finish(&mut |d| st.event(d, now, out)),
+                Some(b) => sse.feed(b, &mut on),
+                None => sse.finish(&mut on),
             };
             if !ok && st.error.is_none() {
                 st.error = Some(RequestError { kind: ErrorKind::Decode, message: "the stream is not UTF-8".into() });
@@ -279,6 +311,14 @@ impl Client {
                 out.output_tokens = u.completion_tokens.unwrap_or(0);
             }
             _ => out.output_tokens = estimate_tokens(text.0.len() + text.1.len()),
+        }
+        if spec.record_tokens && !(text.0.is_empty() && text.1.is_empty()) {
+            out.tokens.push(super::outcome::TokenEvent {
+                at: out.e2e,
+                text: text.0.clone(),
+                reasoning: text.1.clone(),
+                tokens: out.output_tokens,
+            });
         }
         if let Some(r) = &spec.reference {
             let mut rci = Rci::new(r.clone());

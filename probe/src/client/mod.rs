@@ -1,6 +1,8 @@
 //! The OpenAI-compatible HTTP client: request bodies for `/v1/chat/completions` and
 //! `/v1/completions`, the SSE parser, and per-request timing (TTFT, ITL, e2e).
 //!
+//! `tgi` speaks TGI's own `/generate_stream` and `/generate` (`--api tgi`).
+//!
 //! Works with vLLM, TGI's Messages API and other OpenAI-compatible servers: `usage` may be
 //! absent, the first chunk may carry only the role, content deltas may be empty, reasoning
 //! models stream `reasoning_content`, and `data:` may come with or without a space.
@@ -15,9 +17,10 @@ mod outcome;
 mod request;
 mod sse;
 mod stream;
+mod tgi;
 mod wire;
 
 pub use http::{Client, install_crypto_provider};
-pub use outcome::{ErrorKind, Outcome, RequestError};
+pub use outcome::{ErrorKind, Outcome, RequestError, TokenEvent};
 pub use request::{Api, ClientConfig, Message, Prompt, RequestSpec, api_url, estimate_tokens};
 pub use sse::SseParser;

@@ -83,6 +83,21 @@ pub struct Outcome {
     pub rci: Option<RciValue>,
     /// Set when the request failed.
     pub error: Option<RequestError>,
+    /// The chunks that carried output, with their timing (only when the spec asks for them).
+    pub tokens: Vec<TokenEvent>,
+}
+
+/// One streamed chunk that carried output (a whole answer is one event at its end).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent {
+    /// Time since the request was sent.
+    pub at: Duration,
+    /// Its content text.
+    pub text: String,
+    /// Its reasoning text (`reasoning_content`), usually empty.
+    pub reasoning: String,
+    /// Tokens it carried (from logprobs when present, else 1).
+    pub tokens: u64,
 }
 
 impl Outcome {
@@ -103,6 +118,7 @@ impl Outcome {
             first_top_logprobs: None,
             rci: None,
             error: None,
+            tokens: Vec::new(),
         }
     }
 

@@ -16,6 +16,8 @@ pub enum Api {
     Chat,
     /// `/v1/completions` with `prompt`.
     Completions,
+    /// TGI's own API: `/generate_stream` (or `/generate` without streaming) with `inputs`.
+    Tgi,
 }
 
 impl Api {
@@ -23,7 +25,7 @@ impl Api {
     pub fn operation(self) -> &'static str {
         match self {
             Api::Chat => "chat",
-            Api::Completions => "text_completion",
+            Api::Completions | Api::Tgi => "text_completion",
         }
     }
 }
@@ -131,6 +133,7 @@ pub fn api_url(endpoint: &str, api: Api) -> String {
     let path = match api {
         Api::Chat => "chat/completions",
         Api::Completions => "completions",
+        Api::Tgi => return super::tgi::url(e, true),
     };
     if e.ends_with("/v1") { format!("{e}/{path}") } else { format!("{e}/v1/{path}") }
 }
@@ -152,6 +155,13 @@ pub struct RequestSpec<'a> {
     pub traceparent: Option<String>,
     /// Deadline of the whole request.
     pub timeout: Duration,
+    /// Extra body fields merged over the request's own (plug-in hooks), when any.
+    pub params: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    /// Keep every chunk that carried output in `Outcome::tokens` (plug-in hooks).
+    pub record_tokens: bool,
+    /// Image URLs (`data:` or http) sent as `image_url` parts of the last user message,
+    /// before its text (chat API only; `--images-per-request`).
+    pub images: &'a [String],
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub(super) struct StreamState {
     pub(super) start: Instant,
     pub(super) last: Option<Instant>,
     pub(super) keep_text: bool,
+    pub(super) record_tokens: bool,
     pub(super) want_logprobs: bool,
     pub(super) rci: Option<Rci>,
     pub(super) done: bool,
@@ -82,6 +83,14 @@ impl StreamState {
                 self.streamed_tokens += tokens;
                 if self.want_logprobs && out.first_top_logprobs.is_none() {
                     out.first_top_logprobs = top;
+                }
+                if self.record_tokens {
+                    out.tokens.push(super::outcome::TokenEvent {
+                        at: now - self.start,
+                        text: content.to_string(),
+                        reasoning: reasoning.to_string(),
+                        tokens,
+                    });
                 }
             }
             if !content.is_empty() {

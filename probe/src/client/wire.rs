@@ -8,7 +8,28 @@ use std::borrow::Cow;
 #[derive(Serialize)]
 pub(super) struct MessageRef<'a> {
     pub(super) role: &'a str,
-    pub(super) content: &'a str,
+    pub(super) content: ContentRef<'a>,
+}
+
+/// A message's content: plain text, or OpenAI content parts (images, then the text).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(super) enum ContentRef<'a> {
+    Text(&'a str),
+    Parts(Vec<PartRef<'a>>),
+}
+
+/// One content part: `{"type": "text", "text"}` or `{"type": "image_url", "image_url": {"url"}}`.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum PartRef<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: UrlRef<'a> },
+}
+
+#[derive(Serialize)]
+pub(super) struct UrlRef<'a> {
+    pub(super) url: &'a str,
 }
 
 #[derive(Serialize)]

@@ -37,7 +37,9 @@ use std::time::Duration;
 use verdict::{Rule, Verdict};
 
 /// Version of the checkpoint format written by [`DeltaAb`].
-pub const STATE_VERSION: u32 = 4;
+/// 5: each window's values of a version carry its distinct replicas and its warm-up count, and
+/// a group the first point of each (version, replica).
+pub const STATE_VERSION: u32 = 5;
 /// The `detector` attribute of the output.
 pub const DETECTOR: &str = "delta_ab";
 
@@ -104,6 +106,17 @@ pub struct DeltaAbConfig {
     pub warning_needs_significance: bool,
     /// Most values kept per version and window; beyond, a uniform reservoir (default 10000; ≥ min_samples).
     pub max_samples: usize,
+    /// Attribute naming the replica a point comes from: point attribute, else resource attribute
+    /// (default service.instance.id; "" = none). Replicas per version are reported, and the
+    /// warm-up is per replica.
+    pub instance_attribute: String,
+    /// A replica's points of a version within this span after its first point of that version
+    /// are left out: the cold start after a deploy (default 0s: none; at most `lookback`).
+    pub warmup: GoDuration,
+    /// Compared by window (unpaired), the baseline's values come only from the windows in which
+    /// the candidate has values too, so that both sides cover the same time (default false; the
+    /// fleet's setting: a partial rollout is compared with the replicas at the same time only).
+    pub concurrent: bool,
     /// `allowed_lateness` (default 0s), `max_series` (default 1000; groups held, beyond it the
     /// least recently seen 10 % are evicted) and `idle_timeout` (default 1h; event time without a
     /// point after which a group is forgotten), top-level keys.
@@ -135,6 +148,9 @@ impl Default for DeltaAbConfig {
             request_id_attribute: "gen_ai.request.id".into(),
             warning_needs_significance: true,
             max_samples: 10_000,
+            instance_attribute: schema::SERVICE_INSTANCE_ID.into(),
+            warmup: GoDuration(Duration::ZERO),
+            concurrent: false,
             limits: SeriesLimits {
                 max_series: 1000,
                 idle_timeout: GoDuration(Duration::from_secs(3600)),
@@ -163,6 +179,8 @@ struct Checked {
     pairing: Pairing,
     group_by: Vec<String>,
     request_id_attribute: String,
+    instance_attribute: String,
+    concurrent: bool,
     min_samples: usize,
     boot: Bootstrap,
     rule: Rule,
@@ -253,6 +271,10 @@ impl DeltaAbConfig {
         if self.max_points < self.max_samples {
             return Err(FieldError::at("max_points", "must be at least max_samples"));
         }
+        let warmup_ns = nanos("warmup", &self.warmup)?;
+        if warmup_ns > lookback_ns {
+            return Err(FieldError::at("warmup", format!("{} is longer than lookback", self.warmup)));
+        }
         let pairing = if auto {
             let live_ns = match &self.live_within {
                 None => lookback_ns.max(window_ns.saturating_mul(2)),
@@ -285,6 +307,7 @@ impl DeltaAbConfig {
                 max_samples: self.max_samples,
                 lookback_ns,
                 max_points: self.max_points,
+                warmup_ns,
             },
             lateness_ns: limits.lateness_ns,
             metric: self.metric.clone(),
@@ -292,6 +315,8 @@ impl DeltaAbConfig {
             pairing,
             group_by: self.group_by.clone(),
             request_id_attribute: self.request_id_attribute.clone(),
+            instance_attribute: self.instance_attribute.clone(),
+            concurrent: self.concurrent,
             min_samples: self.min_samples,
             boot: Bootstrap {
                 statistic: self.statistic,
@@ -356,6 +381,14 @@ pub struct Comparison {
     pub level: f64,
     /// Seconds from the start of the oldest window compared to the end of the current one.
     pub lookback_s: f64,
+    /// Distinct replicas of the baseline with values compared.
+    pub replicas_baseline: usize,
+    /// Distinct replicas of the candidate with values compared.
+    pub replicas_candidate: usize,
+    /// Points left out as warm-up in the look-back (baseline, candidate).
+    pub warmup: (u64, u64),
+    /// Whether the baseline was restricted to the candidate's windows.
+    pub concurrent: bool,
 }
 
 /// The points of one version over a look-back: its windows' values and ids concatenated, oldest
@@ -417,26 +450,34 @@ impl Checked {
         let (pa, pb) =
             if self.request_id_attribute.is_empty() { (Vec::new(), Vec::new()) } else { pairs(&pa_all, &pb_all) };
         let paired = pa.len() >= self.min_samples;
-        let (estimate, enough) = if paired {
-            (self.boot.estimate(Sample::Paired { a: &pa, b: &pb }, seed), true)
+        // Compared by window, the baseline by default covers only the candidate's windows.
+        let concurrent = !paired && self.concurrent;
+        let baseline_window = |w: &state::Window| !concurrent || w.side(candidate).is_some_and(|s| s.seen > 0);
+        let (estimate, enough, n_baseline) = if paired {
+            (self.boot.estimate(Sample::Paired { a: &pa, b: &pb }, seed), true, pa_all.seen)
         } else {
+            let pa_used = Pooled::of(l.windows().filter(|w| baseline_window(w)).filter_map(|w| w.side(baseline)));
             // Sorted, so that the result does not depend on the order the points arrived in.
-            let (a, b) = (sorted(&pa_all.values), sorted(&pb_all.values));
-            let enough = pa_all.seen >= self.min_samples as u64 && pb_all.seen >= self.min_samples as u64;
-            (self.boot.estimate(Sample::Unpaired { a: &a, b: &b }, seed), enough)
+            let (a, b) = (sorted(&pa_used.values), sorted(&pb_all.values));
+            let enough = pa_used.seen >= self.min_samples as u64 && pb_all.seen >= self.min_samples as u64;
+            (self.boot.estimate(Sample::Unpaired { a: &a, b: &b }, seed), enough, pa_used.seen)
         };
         let (verdict, level) = match &estimate {
             Some(e) => self.rule.assess(enough, e.delta, e.ci_low, e.ci_high),
             None => (Verdict::Inconclusive, 0.0),
         };
         Comparison {
-            n_baseline: pa_all.seen,
+            n_baseline,
             n_candidate: pb_all.seen,
             n_pairs: if paired { pa.len() } else { 0 },
             estimate,
             verdict,
             level,
             lookback_s: l.current.end.saturating_sub(l.start()) as f64 / 1e9,
+            replicas_baseline: l.replicas(baseline, baseline_window),
+            replicas_candidate: l.replicas(candidate, |_| true),
+            warmup: (l.warmup(baseline), l.warmup(candidate)),
+            concurrent,
         }
     }
 
@@ -449,6 +490,11 @@ impl Checked {
             kv_i64("delta_ab.n_baseline", count(c.n_baseline)),
             kv_i64("delta_ab.n_candidate", count(c.n_candidate)),
             kv_i64("delta_ab.n_pairs", count(c.n_pairs as u64)),
+            kv_i64("delta_ab.replicas_baseline", count(c.replicas_baseline as u64)),
+            kv_i64("delta_ab.replicas_candidate", count(c.replicas_candidate as u64)),
+            kv_i64("delta_ab.warmup_baseline", count(c.warmup.0)),
+            kv_i64("delta_ab.warmup_candidate", count(c.warmup.1)),
+            kv_str("delta_ab.concurrent", if c.concurrent { "true" } else { "false" }),
             kv_str("delta_ab.mode", if c.n_pairs > 0 { "paired" } else { "window" }),
             kv_str("delta_ab.statistic", self.boot.statistic.name()),
             kv_str("delta_ab.kind", self.boot.kind.name()),
@@ -547,7 +593,14 @@ impl ArrowProcessor for DeltaAb {
                     .filter(|s| !s.is_empty())
                     .map_or(0, |s| id_hash(&s))
             };
-            let added = self.state.add(key, p.time, p.value, &version, id, || {
+            let replica = if cfg.instance_attribute.is_empty() {
+                0
+            } else {
+                rows::lookup(&mut rows, row, &attrs, &cfg.instance_attribute)?
+                    .filter(|s| !s.is_empty())
+                    .map_or(0, |s| id_hash(&s))
+            };
+            let added = self.state.add_from(key, p.time, p.value, &version, id, replica, || {
                 let resource = rows.resource(row)?.clone();
                 let scope = rows.scope(row)?.clone();
                 Ok::<_, ConvError>((resource, scope))

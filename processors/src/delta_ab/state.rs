@@ -31,7 +31,14 @@ pub struct Params {
     /// Most kept values per version over the look-back (≥ `max_samples`); beyond, the oldest
     /// windows leave the look-back.
     pub max_points: usize,
+    /// Warm-up in ns: a replica's points of a version within this span after its first point
+    /// of that version are left out (counted in [`Side::warmup`]); 0: none.
+    pub warmup_ns: u64,
 }
+
+/// Most distinct replicas counted per version and window, and first points remembered per group
+/// for the warm-up (beyond: not counted, not warmed up).
+pub const MAX_REPLICAS: usize = 4096;
 
 /// How the two versions compared in a group are chosen.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,11 +70,33 @@ pub struct Side {
     pub seen: u64,
     /// Reservoir generator state.
     rng: u64,
+    /// Hashes of the distinct replicas (instance attribute) with a point here, sorted (at most
+    /// [`MAX_REPLICAS`]; points without the attribute add none).
+    pub replicas: Vec<u64>,
+    /// Points left out as a replica's warm-up (not in `seen`).
+    pub warmup: u64,
 }
 
 impl Side {
     fn new(seed: u64) -> Self {
-        Side { values: Vec::new(), ids: Vec::new(), seen: 0, rng: XorShift::new(seed).state() }
+        Side {
+            values: Vec::new(),
+            ids: Vec::new(),
+            seen: 0,
+            rng: XorShift::new(seed).state(),
+            replicas: Vec::new(),
+            warmup: 0,
+        }
+    }
+
+    /// Records replica `replica` (0: none) as having a point here.
+    fn note_replica(&mut self, replica: u64) {
+        if replica == 0 || self.replicas.len() >= MAX_REPLICAS {
+            return;
+        }
+        if let Err(i) = self.replicas.binary_search(&replica) {
+            self.replicas.insert(i, replica);
+        }
     }
 
     fn add(&mut self, value: f64, id: u64, cap: usize) {
@@ -162,6 +191,9 @@ struct Group {
     pair: Option<(String, String)>,
     /// Pairs that ended, oldest first (automatic pairing).
     ended: Vec<Ended>,
+    /// (version, replica hash) → event time of that replica's first point of that version (for
+    /// the warm-up; at most [`MAX_REPLICAS`]).
+    first_points: BTreeMap<(String, u64), u64>,
 }
 
 /// What one evaluation compares: the closed window and the earlier windows of the look-back.
@@ -188,6 +220,20 @@ impl<'a> Lookback<'a> {
     /// Points of `version` in the look-back.
     pub fn seen(&self, version: &str) -> u64 {
         self.windows().filter_map(|w| w.side(version)).fold(0u64, |n, s| n.saturating_add(s.seen))
+    }
+
+    /// Distinct replicas of `version` with a point in the windows `use_window` accepts.
+    pub fn replicas(&self, version: &str, use_window: impl Fn(&Window) -> bool) -> usize {
+        let mut all: BTreeSet<u64> = BTreeSet::new();
+        for s in self.windows().filter(|w| use_window(w)).filter_map(|w| w.side(version)) {
+            all.extend(s.replicas.iter().copied());
+        }
+        all.len()
+    }
+
+    /// Points of `version` left out as warm-up in the look-back.
+    pub fn warmup(&self, version: &str) -> u64 {
+        self.windows().filter_map(|w| w.side(version)).fold(0u64, |n, s| n.saturating_add(s.warmup))
     }
 }
 
@@ -335,7 +381,14 @@ fn strip<'w>(windows: impl Iterator<Item = &'w mut Window>, version: &str) {
 
 impl Group {
     fn new() -> Self {
-        Group { versions: BTreeMap::new(), windows: Vec::new(), ring: VecDeque::new(), pair: None, ended: Vec::new() }
+        Group {
+            versions: BTreeMap::new(),
+            windows: Vec::new(),
+            ring: VecDeque::new(),
+            pair: None,
+            ended: Vec::new(),
+            first_points: BTreeMap::new(),
+        }
     }
 
     /// Evicts the least recently seen version (one outside the compared pair when there is one)
@@ -358,6 +411,7 @@ impl Group {
             self.ended.push(Ended { baseline: b, candidate: c, meta, since: now });
         }
         self.versions.remove(&victim);
+        self.first_points.retain(|(v, _), _| *v != victim);
         strip(self.windows.iter_mut().chain(self.ring.iter_mut()), &victim);
         tracing::debug!(version = %victim, "delta_ab: evicted a version at max_versions");
         1
@@ -399,9 +453,8 @@ impl State {
         }
     }
 
-    /// Adds a point of `version` in group `key`. `meta` is called when the version is new to the
-    /// group (its resource and scope name the outputs where it is the candidate). Returns what
-    /// was evicted to make room (`max_series`, `max_versions`).
+    /// Adds a point of `version` in group `key` from no named replica: [`State::add_from`] with
+    /// replica 0.
     pub fn add<E>(
         &mut self,
         key: Vec<String>,
@@ -409,6 +462,25 @@ impl State {
         value: f64,
         version: &str,
         id: u64,
+        meta: impl FnOnce() -> Result<(Resource, InstrumentationScope), E>,
+    ) -> Result<Result<Evicted, Skip>, E> {
+        self.add_from(key, time, value, version, id, 0, meta)
+    }
+
+    /// Adds a point of `version` in group `key` from replica `replica` (a hash of the instance
+    /// attribute; 0: none). `meta` is called when the version is new to the group (its resource
+    /// and scope name the outputs where it is the candidate). Within the warm-up after the
+    /// replica's first point of the version the point only counts as warm-up. Returns what was
+    /// evicted to make room (`max_series`, `max_versions`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_from<E>(
+        &mut self,
+        key: Vec<String>,
+        time: u64,
+        value: f64,
+        version: &str,
+        id: u64,
+        replica: u64,
         meta: impl FnOnce() -> Result<(Resource, InstrumentationScope), E>,
     ) -> Result<Result<Evicted, Skip>, E> {
         if time < self.watermark {
@@ -462,6 +534,22 @@ impl State {
                 g.windows.len() - 1
             }
         };
+        let warm = self.params.warmup_ns;
+        let in_warmup = warm > 0 && replica != 0 && {
+            let k = (version.to_string(), replica);
+            let room = g.first_points.len() < MAX_REPLICAS;
+            match g.first_points.get_mut(&k) {
+                Some(first) => {
+                    *first = (*first).min(time);
+                    time < first.saturating_add(warm)
+                }
+                None if room => {
+                    g.first_points.insert(k, time);
+                    true
+                }
+                None => false,
+            }
+        };
         let Some(win) = g.windows.get_mut(i) else { return Ok(Ok(evicted)) };
         let j = match win.sides.iter().position(|s| s.version == version) {
             Some(j) => j,
@@ -478,7 +566,12 @@ impl State {
         if let Some(s) = win.sides.get_mut(j) {
             s.first = s.first.min(time);
             s.last = s.last.max(time);
-            s.side.add(value, id, cap);
+            if in_warmup {
+                s.side.warmup += 1;
+            } else {
+                s.side.add(value, id, cap);
+                s.side.note_replica(replica);
+            }
         }
         Ok(Ok(evicted))
     }
@@ -570,6 +663,7 @@ impl State {
                         .collect();
                     for name in gone {
                         g.versions.remove(&name);
+                        g.first_points.retain(|(v, _), _| *v != name);
                         strip(g.ring.iter_mut().chain(std::iter::once(&mut w)), &name);
                     }
                 }
@@ -609,6 +703,7 @@ impl State {
             windows: g.windows.clone(),
             ring: g.ring.iter().cloned().collect(),
             pair: g.pair.clone(),
+            first_points: g.first_points.iter().map(|((v, r), t)| (v.clone(), *r, *t)).collect(),
             ended: g
                 .ended
                 .iter()
@@ -636,6 +731,8 @@ impl State {
                 let side = &s.side;
                 side.values.len() == side.ids.len()
                     && side.values.len() as u64 <= side.seen
+                    && side.replicas.len() <= MAX_REPLICAS
+                    && side.replicas.windows(2).all(|p| p[0] < p[1])
                     && win.start <= s.first
                     && s.first <= s.last
                     && s.last < win.end
@@ -700,7 +797,16 @@ impl Group {
             };
             ended.push(Ended { baseline: e.baseline, candidate: e.candidate, meta, since: e.since });
         }
-        Ok(Group { versions, windows: g.windows, ring: g.ring.into(), pair: g.pair, ended })
+        let mut first_points = BTreeMap::new();
+        for (v, r, t) in g.first_points {
+            if !versions.contains_key(&v) || first_points.insert((v, r), t).is_some() {
+                return Err(RestoreError::Invalid("first point"));
+            }
+        }
+        if first_points.len() > MAX_REPLICAS {
+            return Err(RestoreError::Invalid("first points"));
+        }
+        Ok(Group { versions, windows: g.windows, ring: g.ring.into(), pair: g.pair, ended, first_points })
     }
 }
 
@@ -711,6 +817,7 @@ struct GroupRepr {
     windows: Vec<Window>,
     ring: Vec<Window>,
     pair: Option<(String, String)>,
+    first_points: Vec<(String, u64, u64)>,
     ended: Vec<EndedRepr>,
 }
 
@@ -739,7 +846,15 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     fn params(max_series: usize, max_samples: usize) -> Params {
-        Params { window_ns: 60 * S, idle_ns: 120 * S, max_series, max_samples, lookback_ns: 60 * S, max_points: 1000 }
+        Params {
+            window_ns: 60 * S,
+            idle_ns: 120 * S,
+            max_series,
+            max_samples,
+            lookback_ns: 60 * S,
+            max_points: 1000,
+            warmup_ns: 0,
+        }
     }
 
     fn explicit() -> Pairing {

@@ -22,13 +22,21 @@ pub enum Lat {
     E2e,
     /// Time queued before scheduling.
     Queue,
+    /// Inter-token latency: the interval between consecutive output tokens (scraped only: no
+    /// server's request span measures it).
+    Itl,
 }
 
 impl Lat {
-    /// Every latency signal, in output order.
+    /// The latency signals a request span measures, in output order (the per-request arrays of
+    /// the span state have one slot each).
     pub const ALL: [Lat; 4] = [Lat::Ttft, Lat::Tpot, Lat::E2e, Lat::Queue];
 
-    /// Index into per-signal arrays.
+    /// Every windowed latency signal, in output order: [`Lat::ALL`] and [`Lat::Itl`].
+    pub const WINDOWED: [Lat; 5] = [Lat::Ttft, Lat::Tpot, Lat::E2e, Lat::Queue, Lat::Itl];
+
+    /// Index into the per-request arrays (`Lat::ALL` order; [`Lat::Itl`], which has no slot,
+    /// is 4: look it up with `get`).
     pub fn index(self) -> usize {
         self as usize
     }
@@ -37,7 +45,7 @@ impl Lat {
     pub fn bounds(self) -> &'static [f64] {
         match self {
             Lat::Ttft => TTFT_BOUNDS,
-            Lat::Tpot => TPOT_BOUNDS,
+            Lat::Tpot | Lat::Itl => TPOT_BOUNDS,
             Lat::E2e | Lat::Queue => DURATION_BOUNDS,
         }
     }
@@ -49,6 +57,7 @@ impl Lat {
             Lat::Tpot => "gen_ai.server.time_per_output_token",
             Lat::E2e => "gen_ai.server.request.duration",
             Lat::Queue => "llm.request.queue_time",
+            Lat::Itl => "llm.request.inter_token_latency",
         }
     }
 
@@ -59,6 +68,7 @@ impl Lat {
             Lat::Tpot => "llm.tpot",
             Lat::E2e => "llm.e2e",
             Lat::Queue => "llm.queue",
+            Lat::Itl => "llm.itl",
         }
     }
 }

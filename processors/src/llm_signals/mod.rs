@@ -9,6 +9,7 @@
 pub mod hist;
 pub mod model;
 pub mod output;
+pub mod quality;
 pub mod scraped;
 pub mod spans;
 pub mod state;
@@ -32,8 +33,8 @@ use std::time::Duration;
 
 /// Version of the checkpoint format written by [`LlmSignals`] (2: group keys hold identity
 /// attributes; 3: and `service.name`; 4: scrape windows hold histogram sums; 5: the detector kit's
-/// series map envelope).
-pub const STATE_VERSION: u32 = 5;
+/// series map envelope; 6: windows hold quality signals).
+pub const STATE_VERSION: u32 = 6;
 
 /// Default `identity_attributes`: the pod identity `resourcedetection` / `k8s_attributes` set.
 pub const DEFAULT_IDENTITY: [&str; 3] = ["k8s.namespace.name", "k8s.pod.name", "k8s.node.name"];

@@ -7,6 +7,7 @@
 
 use super::hist::{FixedHist, Lat};
 use super::model::{GroupKey, string_kv};
+use super::quality::{QStat, Qual};
 use super::spans::{REQUEST_ID_ATTRIBUTE, Request};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
@@ -78,15 +79,23 @@ pub enum Out {
     PrefixLow,
     /// Queue p99 above the threshold.
     QueueBlocking,
+    /// A window statistic of a quality signal (`llm.quality.tle.p50`, ...).
+    Quality(Qual, QStat),
+    /// The window's quality score Q = 1 − mean RCI (`llm.quality.score`).
+    QualityScore,
     /// One request's latency (`per_request`), at the span's event time.
     PerRequest(Lat),
+    /// One request's quality value (`per_request`: `llm.request.tle`, `llm.request.rci`).
+    PerRequestQuality(Qual),
+    /// One request's quality score 1 − RCI (`per_request`: `llm.request.quality`).
+    PerRequestScore,
 }
 
 impl Out {
     /// Every output metric, in output order.
     pub fn all() -> Vec<Out> {
         let mut v: Vec<Out> = Lat::ALL.iter().map(|l| Out::Hist(*l)).collect();
-        v.extend(Lat::ALL.iter().flat_map(|l| Pct::ALL.map(|p| Out::Pct(*l, p))));
+        v.extend(Lat::WINDOWED.iter().flat_map(|l| Pct::ALL.map(|p| Out::Pct(*l, p))));
         v.extend([
             Out::RequestsFinished,
             Out::RequestRate,
@@ -101,7 +110,11 @@ impl Out {
             Out::PrefixLow,
             Out::QueueBlocking,
         ]);
+        v.extend(Qual::ALL.iter().flat_map(|q| QStat::ALL.map(|st| Out::Quality(*q, st))));
+        v.push(Out::QualityScore);
         v.extend(Lat::ALL.map(Out::PerRequest));
+        v.extend(Qual::ALL.map(Out::PerRequestQuality));
+        v.push(Out::PerRequestScore);
         v
     }
 
@@ -127,6 +140,9 @@ impl Out {
                 (Lat::Queue, Pct::P50) => "llm.queue.p50",
                 (Lat::Queue, Pct::P95) => "llm.queue.p95",
                 (Lat::Queue, Pct::P99) => "llm.queue.p99",
+                (Lat::Itl, Pct::P50) => "llm.itl.p50",
+                (Lat::Itl, Pct::P95) => "llm.itl.p95",
+                (Lat::Itl, Pct::P99) => "llm.itl.p99",
             },
             Out::RequestsFinished => "llm.requests.finished",
             Out::RequestRate => "llm.request.rate",
@@ -140,12 +156,23 @@ impl Out {
             Out::PrefixHitRate => "llm.prefix_cache.hit_rate",
             Out::PrefixLow => "llm.prefix_cache.low",
             Out::QueueBlocking => "llm.queue.blocking",
+            Out::Quality(q, st) => match (q, st) {
+                (Qual::Tle, QStat::P50) => "llm.quality.tle.p50",
+                (Qual::Tle, QStat::Mean) => "llm.quality.tle.mean",
+                (Qual::Rci, QStat::P50) => "llm.quality.rci.p50",
+                (Qual::Rci, QStat::Mean) => "llm.quality.rci.mean",
+            },
+            Out::QualityScore => "llm.quality.score",
             Out::PerRequest(l) => match l {
                 Lat::Ttft => "llm.request.ttft",
                 Lat::Tpot => "llm.request.tpot",
                 Lat::E2e => "llm.request.e2e",
                 Lat::Queue => "llm.request.queue",
+                Lat::Itl => "llm.request.itl",
             },
+            Out::PerRequestQuality(Qual::Tle) => "llm.request.tle",
+            Out::PerRequestQuality(Qual::Rci) => "llm.request.rci",
+            Out::PerRequestScore => "llm.request.quality",
         }
     }
 
@@ -159,6 +186,11 @@ impl Out {
             Out::TokensOutput | Out::TokensInput => "{token}/s",
             Out::PreemptionRate => "{preemption}/s",
             Out::ErrorRate | Out::KvUsage | Out::PrefixHitRate => "1",
+            Out::Quality(Qual::Tle, _) | Out::PerRequestQuality(Qual::Tle) => "bit",
+            Out::Quality(Qual::Rci, _)
+            | Out::PerRequestQuality(Qual::Rci)
+            | Out::QualityScore
+            | Out::PerRequestScore => "1",
             Out::PrefixLow | Out::QueueBlocking => "",
         }
     }
@@ -187,6 +219,15 @@ impl Out {
             Out::PerRequest(Lat::Tpot) => "Time per output token after the first, of one successful request.",
             Out::PerRequest(Lat::E2e) => "End-to-end duration of one request.",
             Out::PerRequest(Lat::Queue) => "Time one request spent queued before scheduling.",
+            Out::Hist(Lat::Itl) | Out::PerRequest(Lat::Itl) => "Interval between consecutive output tokens.",
+            Out::Quality(Qual::Tle, _) => "Windowed first-token entropy of the top-K log-probabilities (TLE), bits.",
+            Out::Quality(Qual::Rci, _) => {
+                "Windowed consistency index against the reference answers (RCI; 0 = identical)."
+            }
+            Out::QualityScore => "Quality score Q = 1 - mean RCI over the window (1 = every answer as its reference).",
+            Out::PerRequestQuality(Qual::Tle) => "First-token entropy of one successful request, bits.",
+            Out::PerRequestQuality(Qual::Rci) => "Consistency index of one successful request's answer.",
+            Out::PerRequestScore => "Quality score 1 - RCI of one successful request's answer.",
         }
     }
 }
@@ -270,6 +311,13 @@ pub fn push_request(em: &mut Emitter, key: &GroupKey, time: u64, req: &Request) 
             em.push(Out::PerRequest(lat), 0, time, &attrs, Value::Double(v));
         }
     }
+    if let Some(t) = req.tle {
+        em.push(Out::PerRequestQuality(Qual::Tle), 0, time, &attrs, Value::Double(t));
+    }
+    if let Some(r) = req.rci {
+        em.push(Out::PerRequestQuality(Qual::Rci), 0, time, &attrs, Value::Double(r));
+        em.push(Out::PerRequestScore, 0, time, &attrs, Value::Double(super::quality::score(r)));
+    }
 }
 
 fn metric_of(out: Out, points: Vec<Point>) -> Metric {
@@ -336,7 +384,9 @@ mod tests {
     #[test]
     fn names_and_units_translate_to_valid_prometheus_names() {
         let all = Out::all();
-        assert_eq!(all.len(), 4 + 12 + 12 + 4, "every output once");
+        assert_eq!(all.len(), 4 + 15 + 12 + 5 + 4 + 3, "every output once");
+        let names: std::collections::BTreeSet<&str> = all.iter().map(|o| o.name()).collect();
+        assert_eq!(names.len(), all.len(), "names are unique");
         for out in all {
             let last = out.name().rsplit(['.', '_']).next().unwrap_or_default();
             assert!(
@@ -344,7 +394,16 @@ mod tests {
                 "{}: a gauge may not end in a histogram's, counter's or ratio's suffix",
                 out.name()
             );
-            let ratio = matches!(out, Out::ErrorRate | Out::KvUsage | Out::PrefixHitRate);
+            let ratio = matches!(
+                out,
+                Out::ErrorRate
+                    | Out::KvUsage
+                    | Out::PrefixHitRate
+                    | Out::Quality(Qual::Rci, _)
+                    | Out::QualityScore
+                    | Out::PerRequestQuality(Qual::Rci)
+                    | Out::PerRequestScore
+            );
             assert_eq!(out.unit() == "1", ratio && !out.is_histogram(), "{}: unit 1 only for ratios", out.name());
         }
         assert_eq!((Out::PrefixLow.unit(), Out::QueueBlocking.unit()), ("", ""), "0/1 flags have no unit");

@@ -3,14 +3,18 @@
 //! Names keep vLLM's and SGLang's colons; a counter is accepted with or without its `_total`
 //! suffix. Which reading a server gets follows from the families its exposition contains (see
 //! `tests/fixtures/servers/README.md`): vLLM ≥ 0.11 exposes `request_time_per_output_token_seconds`
-//! (per-request TPOT), vLLM ≤ 0.10 and V0 only `time_per_output_token_seconds` (per-token
-//! intervals, read as TPOT when the former is absent from the window, see [`Role::LatencyFallback`]);
-//! V0 has `gpu_cache_usage_perc` instead of `kv_cache_usage_perc`. Gauges
+//! (per-request TPOT) and `inter_token_latency_seconds` (ITL), vLLM ≤ 0.10 and V0 only
+//! `time_per_output_token_seconds` (per-step intervals despite the name: read as ITL, and as TPOT
+//! when no per-request TPOT is in the window, see [`Role::LatencyFallback`]); V0 has
+//! `gpu_cache_usage_perc` instead of `kv_cache_usage_perc`. The bench's OTLP histograms
+//! `inferwatch.bench.tle_bits` / `inferwatch.bench.rci` are quality signals ([`Role::Quality`]),
+//! their model the point attribute `gen_ai.request.model`. Gauges
 //! may be gauges or sums; counters must be cumulative sums; histograms cumulative classic
 //! histograms. Anything else (other names, kinds or temporalities) is skipped.
 
 use super::hist::Lat;
-use super::model::{VERSION_LABELS, column, opt_column};
+use super::model::{MODEL_ATTRIBUTE, VERSION_LABELS, column, opt_column};
+use super::quality::{Qual, RCI_NAME, TLE_NAME};
 use arrow_array::{
     Array, Float64Array, Int32Array, ListArray, MapArray, RecordBatch, StringArray, TimestampNanosecondArray,
     UInt8Array, UInt64Array,
@@ -78,8 +82,10 @@ pub enum Role {
     Latency(Lat),
     /// A latency histogram read for its signal only when no [`Role::Latency`] histogram of the
     /// same signal is in the group's window (vLLM ≤ 0.10's per-token `time_per_output_token_seconds`
-    /// as TPOT).
+    /// as TPOT); a TPOT fallback is also the group's ITL (see [`Role::targets`]).
     LatencyFallback(Lat),
+    /// A cumulative histogram of a quality signal (the bench's TLE and RCI).
+    Quality(Qual),
     /// A cumulative histogram whose sum's rate is the signal (TGI token histograms).
     HistSum(RateRole),
 }
@@ -127,6 +133,8 @@ pub const HISTOGRAMS: &[(&str, Role)] = &[
     ("vllm:e2e_request_latency_seconds", Role::Latency(Lat::E2e)),
     ("vllm:request_queue_time_seconds", Role::Latency(Lat::Queue)),
     ("vllm:time_per_output_token_seconds", Role::LatencyFallback(Lat::Tpot)),
+    ("vllm:inter_token_latency_seconds", Role::Latency(Lat::Itl)),
+    ("sglang:inter_token_latency_seconds", Role::Latency(Lat::Itl)),
     ("sglang:time_to_first_token_seconds", Role::Latency(Lat::Ttft)),
     ("sglang:request_time_per_output_token_seconds", Role::Latency(Lat::Tpot)),
     ("sglang:e2e_request_latency_seconds", Role::Latency(Lat::E2e)),
@@ -136,7 +144,23 @@ pub const HISTOGRAMS: &[(&str, Role)] = &[
     ("tgi_request_mean_time_per_token_duration", Role::Latency(Lat::Tpot)),
     ("tgi_request_generated_tokens", Role::HistSum(RateRole::OutputTokens)),
     ("tgi_request_input_length", Role::HistSum(RateRole::InputTokens)),
+    (TLE_NAME, Role::Quality(Qual::Tle)),
+    (RCI_NAME, Role::Quality(Qual::Rci)),
 ];
+
+impl Role {
+    /// The latency signals a histogram of this role feeds, each with whether it is a fallback
+    /// there: a TPOT fallback (`vllm:time_per_output_token_seconds`, per decode step) is the
+    /// group's ITL too, as a signal of its own.
+    pub fn targets(self) -> Vec<(Lat, bool)> {
+        match self {
+            Role::Latency(l) => vec![(l, false)],
+            Role::LatencyFallback(Lat::Tpot) => vec![(Lat::Tpot, true), (Lat::Itl, false)],
+            Role::LatencyFallback(l) => vec![(l, true)],
+            _ => Vec::new(),
+        }
+    }
+}
 
 /// The role of a metric name, if recognised.
 pub fn role_of(name: &str) -> Option<Role> {
@@ -203,7 +227,8 @@ pub struct Scraped {
     pub sample: Sample,
     /// Whether it is TGI's (a `tgi_*` metric).
     pub tgi: bool,
-    /// Its `model_name` label (non-empty).
+    /// Its `model_name` label, else its `gen_ai.request.model` attribute (OTLP pushes such as
+    /// the bench's), when non-empty.
     pub model: Option<String>,
     /// Its version label (the first non-empty of [`VERSION_LABELS`]).
     pub version: Option<String>,
@@ -282,7 +307,7 @@ impl<'a> ScrapeReader<'a> {
             Role::Counter(_) if kind == schema::kind::SUM && self.cumulative(row) => {
                 self.number(row).filter(|v| *v >= 0.0).map(SampleValue::Number)
             }
-            Role::Latency(_) | Role::LatencyFallback(_) | Role::HistSum(_)
+            Role::Latency(_) | Role::LatencyFallback(_) | Role::HistSum(_) | Role::Quality(_)
                 if kind == schema::kind::HISTOGRAM && self.cumulative(row) =>
             {
                 self.histogram(row).map(SampleValue::Hist)
@@ -313,7 +338,9 @@ impl<'a> ScrapeReader<'a> {
         Ok(Some(Scraped {
             sample,
             tgi: name.starts_with("tgi_"),
-            model: label(MODEL_LABEL).filter(|m| !m.is_empty()),
+            model: label(MODEL_LABEL)
+                .filter(|m| !m.is_empty())
+                .or_else(|| label(MODEL_ATTRIBUTE).filter(|m| !m.is_empty())),
             version: VERSION_LABELS.iter().find_map(|k| label(k).filter(|v| !v.is_empty())),
         }))
     }

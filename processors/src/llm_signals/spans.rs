@@ -1,31 +1,43 @@
-//! Request spans → per-request measurements: vLLM `llm_request`, TGI router spans, GenAI-semconv spans.
+//! Request spans → per-request measurements: vLLM `llm_request`, SGLang request root spans, TGI
+//! router handler spans, GenAI-semconv spans (tests/fixtures/servers/*.spans.json).
 //!
 //! * **vLLM** (`llm_request`, or any span with a double `gen_ai.latency.e2e` / `.time_to_first_token`):
 //!   latencies from `gen_ai.latency.*` (float seconds; e2e falls back to the span duration),
 //!   tokens from `gen_ai.usage.*` (old and new names).
-//! * **TGI** (`generate`, `generate_stream`, `compat_generate`, `completions`, `chat_completions`
-//!   carrying `total_time`): Rust Debug duration strings in `total_time`, `queue_time`,
-//!   `inference_time`, `time_per_token`. No TTFT. Output tokens ≈ inference_time / time_per_token.
+//! * **SGLang** (the request's root span `"<role> Req <rid[:8]>"`, `" Req 1a2b3c4d"` on a unified
+//!   server): read as vLLM's (`gen_ai.latency.*`, `gen_ai.usage.*`).
+//! * **TGI** (the handler spans: `completions` and `chat_completions`, with or without
+//!   `total_time`, which TGI records on success only; `generate` and `generate_stream` when they
+//!   carry `total_time` or `parameters`, since `router/src/infer`'s inner spans of those names
+//!   carry neither; `compat_generate` wraps them and is not counted again): Rust Debug duration strings in
+//!   `total_time`, `queue_time`, `inference_time`, `time_per_token`; e2e falls back to the span
+//!   duration. No TTFT. Output tokens ≈ inference_time / time_per_token.
 //! * **GenAI semconv** (string `gen_ai.operation.name`, not a non-inference operation): e2e is the
 //!   span duration; TTFT from `gen_ai.server.time_to_first_token` or
 //!   `gen_ai.response.time_to_first_chunk` when present.
 //!
-//! A request is an error when its status is ERROR, `gen_ai.response.finish_reasons` holds `error`
-//! or `abort`, or `error.type` is set. TTFT and TPOT count successful requests only (as semconv
-//! defines its server histograms); TPOT = (e2e − TTFT) / (output tokens − 1), or TGI's own
-//! `time_per_token`.
+//! A request is an error only by what its producer really sets: status ERROR (any flavour); for
+//! SGLang also `gen_ai.response.finish_reasons` naming `abort` (a JSON string, `"[\"abort\"]"`);
+//! for semconv spans also `error.type` or a finish reason `error` / `abort`. vLLM sets none of
+//! them (no status, no finish reason on `llm_request`): its errors come from the scraped
+//! `vllm:request_success_total{finished_reason}`. TTFT and TPOT count successful requests only
+//! (as semconv defines its server histograms); TPOT = (e2e − TTFT) / (output tokens − 1), or
+//! TGI's own `time_per_token`. The bench's quality attributes (`inferwatch.bench.tle_bits`,
+//! `inferwatch.bench.rci`) are read from successful requests of every flavour.
 
 use super::hist::Lat;
 use super::model::{column, opt_column};
+use super::quality::{Qual, RCI_NAME, TLE_NAME};
 use arrow_array::{Array, Float64Array, Int32Array, Int64Array, MapArray, RecordBatch, StringArray};
 use inferwatch_core::arrow::anyvalue::AttributesReader;
 use inferwatch_core::arrow::{ConvError, schema};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 
-/// Span names of TGI's HTTP handler spans (the ones recording `total_time`).
-pub const TGI_SPAN_NAMES: &[&str] =
-    &["generate", "generate_stream", "compat_generate", "completions", "chat_completions"];
+/// Span names of TGI's HTTP handler spans, one per request (they record `total_time` on success).
+pub const TGI_SPAN_NAMES: &[&str] = &["generate", "generate_stream", "completions", "chat_completions"];
+/// The TGI handler spans no inner span shares a name with: requests by their name alone.
+pub const TGI_OPENAI_HANDLERS: &[&str] = &["completions", "chat_completions"];
 /// `gen_ai.operation.name` values that are not model inference (such spans are skipped).
 pub const NON_INFERENCE_OPERATIONS: &[&str] =
     &["embeddings", "retrieval", "execute_tool", "create_agent", "invoke_agent", "invoke_workflow"];
@@ -39,6 +51,8 @@ const STATUS_ERROR: i32 = 2;
 pub enum Flavor {
     /// vLLM `llm_request`.
     Vllm,
+    /// SGLang request root span (`" Req <rid[:8]>"`).
+    Sglang,
     /// TGI router handler span.
     Tgi,
     /// GenAI semantic-convention span.
@@ -62,6 +76,10 @@ pub struct Request {
     pub input_tokens: Option<f64>,
     /// Whether the request failed.
     pub error: bool,
+    /// First-token entropy, bits (the bench's `inferwatch.bench.tle_bits`; successful requests only).
+    pub tle: Option<f64>,
+    /// Consistency index in [0, 1] (the bench's `inferwatch.bench.rci`; successful requests only).
+    pub rci: Option<f64>,
     /// `gen_ai.request.id` (read only by a reader built [`SpanReader::with_request_ids`]).
     pub request_id: Option<String>,
 }
@@ -74,6 +92,7 @@ impl Request {
             Lat::Tpot => self.tpot,
             Lat::E2e => self.e2e,
             Lat::Queue => self.queue,
+            Lat::Itl => None,
         }
     }
 }
@@ -215,6 +234,15 @@ fn finish_is_error(v: &Val) -> bool {
     }
 }
 
+/// Whether `name` is an SGLang request root span: `"<role> Req <rid[:8]>"` (trace.py:568), the
+/// role empty on a unified server (`" Req 1a2b3c4d"`) or a word such as `prefill`.
+pub fn is_sglang_request_span(name: &str) -> bool {
+    let Some(at) = name.rfind("Req ") else { return false };
+    let (before, rid) = (&name[..at], &name[at + 4..]);
+    let role_ok = before.is_empty() || (before.ends_with(' ') && !before.trim().contains(' '));
+    role_ok && (1..=8).contains(&rid.len()) && rid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// Parses a Rust `Debug`-formatted `Duration` (`"12.3ms"`, `"1.2s"`, `"850µs"`, `"100ns"`) into seconds.
 pub fn parse_debug_duration(s: &str) -> Option<f64> {
     let s = s.trim().trim_matches('"');
@@ -275,12 +303,17 @@ impl<'a> SpanReader<'a> {
         let mut r = Row { r: self, row, map: None };
         let name = self.names.value(row);
         // Classification reads the name and typed columns only, so other spans cost no map read.
-        let flavor = if name == "llm_request"
-            || r.promoted("gen_ai.latency.e2e").is_some()
+        let flavor = if name == "llm_request" {
+            Flavor::Vllm
+        } else if is_sglang_request_span(name) {
+            Flavor::Sglang
+        } else if r.promoted("gen_ai.latency.e2e").is_some()
             || r.promoted("gen_ai.latency.time_to_first_token").is_some()
         {
             Flavor::Vllm
-        } else if TGI_SPAN_NAMES.contains(&name) && r.get("total_time")?.is_some() {
+        } else if TGI_SPAN_NAMES.contains(&name)
+            && (TGI_OPENAI_HANDLERS.contains(&name) || r.get("total_time")?.is_some() || r.get("parameters")?.is_some())
+        {
             Flavor::Tgi
         } else {
             match r.promoted("gen_ai.operation.name") {
@@ -289,9 +322,16 @@ impl<'a> SpanReader<'a> {
             }
         };
         let status_error = self.status.is_some_and(|s| s.is_valid(row) && s.value(row) == STATUS_ERROR);
-        let finish_error = r.get("gen_ai.response.finish_reasons")?.is_some_and(|v| finish_is_error(&v));
-        let error_type = r.text("error.type")?.is_some_and(|e| !e.is_empty());
-        let error = status_error || finish_error || error_type;
+        // Only what each producer really sets (module docs): vLLM and TGI set no finish reason.
+        let error = status_error
+            || match flavor {
+                Flavor::Vllm | Flavor::Tgi => false,
+                Flavor::Sglang => r.get("gen_ai.response.finish_reasons")?.is_some_and(|v| finish_is_error(&v)),
+                Flavor::Semconv => {
+                    r.get("gen_ai.response.finish_reasons")?.is_some_and(|v| finish_is_error(&v))
+                        || r.text("error.type")?.is_some_and(|e| !e.is_empty())
+                }
+            };
         let span_s = self
             .durations
             .filter(|d| d.is_valid(row))
@@ -300,11 +340,11 @@ impl<'a> SpanReader<'a> {
             .map(|d| d as f64 / 1e9);
         let mut req = Request { error, ..Default::default() };
         match flavor {
-            Flavor::Vllm | Flavor::Semconv => {
+            Flavor::Vllm | Flavor::Sglang | Flavor::Semconv => {
                 req.output_tokens =
                     valid(r.first_number(&["gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"])?);
                 req.input_tokens = valid(r.first_number(&["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"])?);
-                let ttft = if flavor == Flavor::Vllm {
+                let ttft = if flavor != Flavor::Semconv {
                     req.e2e = valid(r.number("gen_ai.latency.e2e")?).or(span_s);
                     req.queue = valid(r.number("gen_ai.latency.time_in_queue")?);
                     valid(r.number("gen_ai.latency.time_to_first_token")?)
@@ -336,6 +376,10 @@ impl<'a> SpanReader<'a> {
                     req.tpot = per_token;
                 }
             }
+        }
+        if !error {
+            req.tle = r.number(TLE_NAME)?.filter(|v| Qual::Tle.accepts(*v));
+            req.rci = r.number(RCI_NAME)?.filter(|v| Qual::Rci.accepts(*v));
         }
         if self.request_ids {
             req.request_id = r.text(REQUEST_ID_ATTRIBUTE)?.filter(|id| !id.is_empty());
@@ -371,6 +415,18 @@ mod tests {
         close("75s", 75.0);
         for bad in ["", "ms", "12", "1e3ms", "-1s", "inf s", "NaNs", "1.2 h", "abc"] {
             assert_eq!(parse_debug_duration(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sglang_root_span_names() {
+        for yes in [" Req 1a2b3c4d", "prefill Req 1a2b3c4d", "decode Req abc", "Req 0f0f0f0f"] {
+            assert!(is_sglang_request_span(yes), "{yes:?}");
+        }
+        for no in
+            ["llm_request", "Req ", " Req 1a2b3c4d5", "Scheduler", "a b Req 1a2b3c4d", "xReq 12345678", " Req 12 34"]
+        {
+            assert!(!is_sglang_request_span(no), "{no:?}");
         }
     }
 

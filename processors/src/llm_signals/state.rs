@@ -8,6 +8,7 @@
 use super::hist::{FixedHist, Lat, window_quantile};
 use super::model::GroupKey;
 use super::output::{Emitter, Out, Pct, Value};
+use super::quality::{QStat, Qual, score};
 use super::scraped::{GaugeRole, HistPoint, RateRole, Role, Sample, SampleValue};
 use super::spans::Request;
 use crate::detect::series::OrderedSeriesMap;
@@ -61,6 +62,8 @@ struct SpanWindow {
     /// Largest event time in the window.
     last_time: u64,
     sketches: [Option<DdSketch>; 4],
+    /// Quality values (TLE, RCI), [`Qual`] order.
+    quality: [Option<DdSketch>; 2],
 }
 
 /// Histogram increments of one flush interval.
@@ -80,6 +83,7 @@ fn request_value(r: &Request, lat: Lat) -> Option<f64> {
         Lat::Tpot => r.tpot,
         Lat::E2e => r.e2e,
         Lat::Queue => r.queue,
+        Lat::Itl => None,
     }
 }
 
@@ -134,6 +138,13 @@ impl SpanState {
             win.input_tokens += i;
             win.has_input = true;
             self.has_input = true;
+        }
+        for (q, v) in [(Qual::Tle, req.tle), (Qual::Rci, req.rci)] {
+            if let Some(v) = v {
+                win.quality[q.index()]
+                    .get_or_insert_with(|| DdSketch::new(p.alpha, DEFAULT_MAX_BINS).unwrap_or_default())
+                    .add(v);
+            }
         }
         let flush_end = floor(t, p.flush_ns).saturating_add(p.flush_ns);
         for lat in Lat::ALL {
@@ -242,6 +253,10 @@ impl SpanState {
                 em.push(Out::QueueBlocking, s, e, attrs, Value::Int(i64::from(p99 > QUEUE_BLOCKING_P99_S)));
             }
         }
+        for q in Qual::ALL {
+            let Some(sk) = win.quality[q.index()].as_ref().filter(|s| s.count() > 0) else { continue };
+            emit_quality(attrs, s, e, q, sk.quantile(0.5), sk.mean(), em);
+        }
     }
 
     fn drained(&self) -> bool {
@@ -273,6 +288,46 @@ struct ScrapeWindow {
     rates: BTreeMap<(RateRole, u64), (f64, u64)>,
     /// Summed increases per latency signal.
     hists: BTreeMap<Lat, WindowHist>,
+    /// Summed increases per quality signal (the bench's TLE and RCI histograms).
+    quality: BTreeMap<Qual, WindowHist>,
+}
+
+/// The quality outputs of one window: p50, mean and, for RCI, the score 1 − mean.
+fn emit_quality(attrs: &[KeyValue], s: u64, e: u64, q: Qual, p50: Option<f64>, mean: Option<f64>, em: &mut Emitter) {
+    for (stat, v) in [(QStat::P50, p50), (QStat::Mean, mean)] {
+        if let Some(v) = v.filter(|v| v.is_finite()) {
+            em.push(Out::Quality(q, stat), s, e, attrs, Value::Double(v));
+        }
+    }
+    if q == Qual::Rci
+        && let Some(m) = mean.filter(|m| m.is_finite())
+    {
+        em.push(Out::QualityScore, s, e, attrs, Value::Double(score(m)));
+    }
+}
+
+/// Adds `new`, a window increase of one series, to the group's window histogram of its signal:
+/// a signal's own family replaces a fallback, a fallback beside its own family is not read,
+/// histograms of one kind and equal bounds are summed (other bounds: skipped, logged).
+fn merge_window_hist(slot: Entry<'_, impl Ord, WindowHist>, new: WindowHist, series: u64) {
+    match slot {
+        Entry::Vacant(v) => {
+            v.insert(new);
+        }
+        Entry::Occupied(mut o) => {
+            let w = o.get_mut();
+            if w.fallback && !new.fallback {
+                *w = new; // the signal's own family wins over a fallback
+            } else if w.fallback != new.fallback {
+                // a fallback family beside the signal's own: not read
+            } else if w.bounds == new.bounds {
+                w.counts.iter_mut().zip(&new.counts).for_each(|(c, b)| *c += b);
+                w.sum += new.sum;
+            } else {
+                tracing::debug!(series, "llm_signals: histogram bounds differ in a group");
+            }
+        }
+    }
 }
 
 /// The summed increases of a group's histograms of one latency signal in one window.
@@ -321,12 +376,27 @@ impl ScrapeState {
                 if full {
                     return Err(Skip::SeriesFull);
                 }
-                let (value, hist) = match s.value {
-                    SampleValue::Number(v) => (v, None),
-                    SampleValue::Hist(h) => (h.sum, Some(h)),
+                // An OTLP push with its start time (the bench's quality histograms, whose first
+                // export already holds data): it counted from zero at `start`.
+                let zero = match (s.role, &s.value) {
+                    (Role::Quality(_), SampleValue::Hist(h)) if start != 0 => Some(HistPoint {
+                        bounds: h.bounds.clone(),
+                        counts: vec![0; h.counts.len()],
+                        count: 0,
+                        sum: 0.0,
+                    }),
+                    _ => None,
                 };
-                v.insert(SeriesPrev { time: s.time, start, value, hist });
-                return Ok(());
+                if let Some(zero) = zero {
+                    v.insert(SeriesPrev { time: start, start, value: 0.0, hist: Some(zero) })
+                } else {
+                    let (value, hist) = match s.value {
+                        SampleValue::Number(v) => (v, None),
+                        SampleValue::Hist(h) => (h.sum, Some(h)),
+                    };
+                    v.insert(SeriesPrev { time: s.time, start, value, hist });
+                    return Ok(());
+                }
             }
             Entry::Occupied(o) => o.into_mut(),
         };
@@ -339,7 +409,10 @@ impl ScrapeState {
                 *prev = SeriesPrev { time: s.time, start, value: v, hist: None };
                 add_rate(self.windows.entry(ws).or_default(), r, s.series, inc);
             }
-            (role @ (Role::Latency(_) | Role::LatencyFallback(_) | Role::HistSum(_)), SampleValue::Hist(h)) => {
+            (
+                role @ (Role::Latency(_) | Role::LatencyFallback(_) | Role::HistSum(_) | Role::Quality(_)),
+                SampleValue::Hist(h),
+            ) => {
                 let Some(old) = prev.hist.take().filter(|o| o.bounds == h.bounds) else {
                     // First histogram point of this shape: a new baseline.
                     *prev = SeriesPrev { time: s.time, start, value: h.sum, hist: Some(h) };
@@ -355,30 +428,21 @@ impl ScrapeState {
                 };
                 let win = self.windows.entry(ws).or_default();
                 match role {
-                    Role::Latency(lat) | Role::LatencyFallback(lat) => {
-                        let fallback = matches!(role, Role::LatencyFallback(_));
-                        let new = WindowHist { bounds: h.bounds.clone(), counts: buckets, sum: sum_inc, fallback };
-                        match win.hists.entry(lat) {
-                            Entry::Vacant(v) => {
-                                v.insert(new);
-                            }
-                            Entry::Occupied(mut o) => {
-                                let w = o.get_mut();
-                                if w.fallback && !fallback {
-                                    *w = new; // the signal's own family wins over a fallback
-                                } else if w.fallback != fallback {
-                                    // a fallback family beside the signal's own: not read
-                                } else if w.bounds == new.bounds {
-                                    w.counts.iter_mut().zip(&new.counts).for_each(|(c, b)| *c += b);
-                                    w.sum += new.sum;
-                                } else {
-                                    tracing::debug!(
-                                        series = s.series,
-                                        "llm_signals: histogram bounds differ in a group"
-                                    );
-                                }
-                            }
+                    Role::Latency(_) | Role::LatencyFallback(_) => {
+                        for (lat, fallback) in role.targets() {
+                            let new = WindowHist {
+                                bounds: h.bounds.clone(),
+                                counts: buckets.clone(),
+                                sum: sum_inc,
+                                fallback,
+                            };
+                            merge_window_hist(win.hists.entry(lat), new, s.series);
                         }
+                    }
+                    Role::Quality(q) => {
+                        let new =
+                            WindowHist { bounds: h.bounds.clone(), counts: buckets, sum: sum_inc, fallback: false };
+                        merge_window_hist(win.quality.entry(q), new, s.series);
                     }
                     Role::HistSum(r) => add_rate(win, r, s.series, (sum_inc, dt)),
                     _ => {}
@@ -405,7 +469,10 @@ impl ScrapeState {
 
     fn is_valid(&self) -> bool {
         self.series.values().all(|s| s.hist.as_ref().is_none_or(HistPoint::is_valid))
-            && self.windows.values().all(|w| w.hists.values().all(|h| h.counts.len() == h.bounds.len() + 1))
+            && self
+                .windows
+                .values()
+                .all(|w| w.hists.values().chain(w.quality.values()).all(|h| h.counts.len() == h.bounds.len() + 1))
     }
 }
 
@@ -488,6 +555,14 @@ fn emit_scrape_window(attrs: &[KeyValue], s: u64, e: u64, win: &ScrapeWindow, em
         {
             em.push(Out::QueueBlocking, s, e, attrs, Value::Int(i64::from(p99 > QUEUE_BLOCKING_P99_S)));
         }
+    }
+    for (q, h) in &win.quality {
+        let n: u64 = h.counts.iter().sum();
+        if n == 0 {
+            continue;
+        }
+        let p50 = window_quantile(0.5, &h.bounds, &h.counts, Some(h.sum));
+        emit_quality(attrs, s, e, *q, p50, Some(h.sum / n as f64), em);
     }
 }
 

@@ -33,14 +33,15 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use state::{Aggregate, Key, Replica, State};
-use stats::{Rule, Spread, Worse};
+use stats::{Persistence, Rule, Spread, Worse};
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// Version of the checkpoint format written by [`PeerOutlier`].
 /// 2: a series' smoothed relative scale follows `scale_spread` (the peers' bad-side tail by
 /// default; 1 held the 1.4826·MAD / |median| only).
-pub const STATE_VERSION: u32 = 2;
+/// 3: a replica's status carries the CUSUM evidence (`persistence: cusum`).
+pub const STATE_VERSION: u32 = 3;
 /// The `detector` attribute of the output.
 pub const DETECTOR: &str = "peer_outlier";
 /// The metrics read by default: `llm_signals`' latency p95s.
@@ -132,6 +133,14 @@ pub struct PeerOutlierConfig {
     /// lower-is-worse, 1.2533 × mean|x − median| for both); `mad`, 1.4826·MAD / |median| (the
     /// behaviour before, blind to a heavy right tail).
     pub scale_spread: Spread,
+    /// How a replica's windows make a flag: `consecutive` (`for_windows` windows in a row with z
+    /// ≥ `threshold`) or `cusum` (the window scores accumulated, see `cusum_slack`).
+    pub persistence: Persistence,
+    /// `cusum`: subtracted from each window's z before it is accumulated (≥ 0); a replica whose
+    /// scores stay below it accumulates nothing.
+    pub cusum_slack: f64,
+    /// `cusum`: the accumulated evidence at which a replica is flagged (> 0).
+    pub cusum_limit: f64,
     /// `max_series` (default 10000 replica series: metric × group × replica), `idle_timeout`
     /// (default 15m; > 0) and `allowed_lateness` (default 0s), top-level keys.
     #[serde(skip)]
@@ -154,6 +163,9 @@ impl Default for PeerOutlierConfig {
             min_deviation: 0.0,
             scale_smoothing: 0.1,
             scale_spread: Spread::Tail,
+            persistence: Persistence::Consecutive,
+            cusum_slack: 1.0,
+            cusum_limit: 6.0,
             limits: SeriesLimits {
                 max_series: 10_000,
                 idle_timeout: GoDuration(Duration::from_secs(900)),
@@ -232,6 +244,18 @@ impl PeerOutlierConfig {
         if !(a.is_finite() && a > 0.0 && a <= 1.0) {
             return Err(FieldError::at("scale_smoothing", format!("must be in (0, 1], got {a}")));
         }
+        if !(self.cusum_slack.is_finite() && self.cusum_slack >= 0.0) {
+            return Err(FieldError::at(
+                "cusum_slack",
+                format!("must be a finite number ≥ 0, got {}", self.cusum_slack),
+            ));
+        }
+        if !(self.cusum_limit.is_finite() && self.cusum_limit > 0.0) {
+            return Err(FieldError::at(
+                "cusum_limit",
+                format!("must be a finite number > 0, got {}", self.cusum_limit),
+            ));
+        }
         let l = self.limits.check()?;
         if l.idle_ns == 0 {
             return Err(FieldError::at("idle_timeout", "must be greater than 0"));
@@ -252,6 +276,9 @@ impl PeerOutlierConfig {
                 min_deviation: self.min_deviation,
                 smoothing: self.scale_smoothing,
                 spread: self.scale_spread,
+                persistence: self.persistence,
+                cusum_slack: self.cusum_slack,
+                cusum_limit: self.cusum_limit,
             },
             max_series: l.max_series,
             idle_ns: l.idle_ns,
@@ -423,6 +450,8 @@ impl ArrowProcessor for PeerOutlier {
                     kv_f64("peer_outlier.bound", j.bound),
                     kv_i64("peer_outlier.peers", count(peers as u64)),
                     kv_i64("peer_outlier.streak", i64::from(status.streak)),
+                    kv_f64("peer_outlier.evidence", status.evidence),
+                    kv_str("peer_outlier.persistence", rule.persistence.as_str()),
                     kv_str("peer_outlier.flagged", if status.flagged { "true" } else { "false" }),
                     kv_i64("peer_outlier.for_windows", i64::from(rule.for_windows)),
                     kv_f64("peer_outlier.threshold", rule.threshold),

@@ -275,7 +275,9 @@ impl State {
                 open.insert((a.start.saturating_add(w), k.metric.clone(), k.group.clone()));
             }
             let scale_ok = r.rel_scale.is_nan() || (r.rel_scale.is_finite() && r.rel_scale >= 0.0);
-            if r.last_end > watermark || (r.status != Status::default() && r.last_end == 0) || !scale_ok {
+            let evidence_ok = r.status.evidence.is_finite() && r.status.evidence >= 0.0;
+            if r.last_end > watermark || (r.status != Status::default() && r.last_end == 0) || !scale_ok || !evidence_ok
+            {
                 return Err(RestoreError::Invalid("streak"));
             }
         }

@@ -31,6 +31,27 @@ impl Spread {
     }
 }
 
+/// How a replica's windows are combined into a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Persistence {
+    /// `for_windows` consecutive windows with z ≥ `threshold` (the behaviour of state version 2).
+    Consecutive,
+    /// A one-sided CUSUM of the window scores: S = clamp(S + min(z, 2·threshold) − slack, 0,
+    /// 2·limit); flagged at S ≥ limit, cleared when S is back at 0.
+    Cusum,
+}
+
+impl Persistence {
+    /// The setting's value (`consecutive`, `cusum`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Persistence::Consecutive => "consecutive",
+            Persistence::Cusum => "cusum",
+        }
+    }
+}
+
 /// The level of a replica flagged at exactly `threshold` (the alerts' warning level).
 pub const FLAGGED_LEVEL: f64 = 0.6;
 /// The highest level of a replica worse than `threshold` in fewer than `for_windows`
@@ -173,6 +194,12 @@ pub struct Rule {
     pub smoothing: f64,
     /// The spread the smoothed relative scale follows.
     pub spread: Spread,
+    /// How windows are combined into a flag.
+    pub persistence: Persistence,
+    /// CUSUM: the z subtracted per window (the drift a healthy replica's scores stay under; ≥ 0).
+    pub cusum_slack: f64,
+    /// CUSUM: the accumulated evidence at which a replica is flagged (> 0).
+    pub cusum_limit: f64,
 }
 
 /// One replica's judgement in one window.
@@ -249,16 +276,38 @@ impl Rule {
             return Status::default();
         }
         let mut s = previous;
-        if z >= self.threshold {
+        let worse = z >= self.threshold;
+        if worse {
             s.streak = s.streak.saturating_add(1);
             s.calm = 0;
-            s.flagged |= s.streak >= self.for_windows;
         } else {
             s.streak = 0;
-            if s.flagged {
-                s.calm = s.calm.saturating_add(1);
-                if s.calm >= self.for_windows {
-                    s = Status::default();
+        }
+        match self.persistence {
+            Persistence::Consecutive => {
+                if worse {
+                    s.flagged |= s.streak >= self.for_windows;
+                } else if s.flagged {
+                    s.calm = s.calm.saturating_add(1);
+                    if s.calm >= self.for_windows {
+                        s = Status::default();
+                    }
+                }
+            }
+            Persistence::Cusum => {
+                // A window's contribution: its z, capped so that one extreme window cannot flag
+                // alone, less the slack; NaN (no scale) counts as nothing.
+                let z = if z.is_nan() { 0.0 } else { z.min(2.0 * self.threshold) };
+                let e = s.evidence + z - self.cusum_slack;
+                s.evidence = if e.is_finite() { e.clamp(0.0, 2.0 * self.cusum_limit) } else { 0.0 };
+                if s.evidence >= self.cusum_limit {
+                    s.flagged = true;
+                } else if s.evidence <= 0.0 {
+                    s.flagged = false;
+                    s.calm = 0;
+                }
+                if s.flagged && !worse {
+                    s.calm = s.calm.saturating_add(1);
                 }
             }
         }
@@ -271,7 +320,11 @@ impl Rule {
     /// `PENDING_LEVEL`·streak / for_windows (0 when not worse now, always below the warning).
     pub fn level(&self, s: Status, z: f64) -> f64 {
         if !s.flagged {
-            return PENDING_LEVEL * f64::from(s.streak.min(self.for_windows)) / f64::from(self.for_windows);
+            let pending = match self.persistence {
+                Persistence::Consecutive => f64::from(s.streak.min(self.for_windows)) / f64::from(self.for_windows),
+                Persistence::Cusum => (s.evidence / self.cusum_limit).clamp(0.0, 1.0),
+            };
+            return PENDING_LEVEL * pending;
         }
         if s.streak == 0 {
             return FLAGGED_LEVEL;
@@ -282,14 +335,17 @@ impl Rule {
 }
 
 /// Where a replica stands after its latest window.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, Deserialize)]
 pub struct Status {
     /// Consecutive windows worse than its peers.
     pub streak: u32,
     /// Consecutive windows not worse while flagged.
     pub calm: u32,
-    /// Flagged: `for_windows` worse in a row, not yet cleared by as many not worse.
+    /// Flagged: `for_windows` worse in a row, not yet cleared by as many not worse (consecutive);
+    /// the evidence reached `cusum_limit` and has not fallen back to 0 (cusum).
     pub flagged: bool,
+    /// The CUSUM's accumulated evidence (0 with `consecutive`).
+    pub evidence: f64,
 }
 
 #[cfg(test)]
@@ -358,6 +414,9 @@ mod tests {
             min_deviation: 0.0,
             smoothing: 0.1,
             spread: Spread::Mad,
+            persistence: Persistence::Consecutive,
+            cusum_slack: 1.0,
+            cusum_limit: 6.0,
         }
     }
 
@@ -433,9 +492,38 @@ mod tests {
     }
 
     #[test]
+    fn cusum_accumulates_caps_one_window_and_clears_at_zero() {
+        let r = Rule { persistence: Persistence::Cusum, cusum_slack: 1.0, cusum_limit: 6.0, ..rule() };
+        // threshold 3: one extreme window adds at most 2·3 − 1 = 5 < 6, so it cannot flag alone.
+        let s1 = r.step(Status::default(), 100.0, 3);
+        assert_eq!((s1.evidence, s1.flagged, s1.streak), (5.0, false, 1));
+        assert!(r.level(s1, 100.0) < FLAGGED_LEVEL);
+        // z = 2.5 (below the threshold) adds 1.5 per window: flagged at the 4th.
+        let mut s = Status::default();
+        for i in 1..=4 {
+            s = r.step(s, 2.5, 3);
+            assert_eq!(s.flagged, i == 4, "window {i}: {s:?}");
+        }
+        assert_eq!(s.streak, 0);
+        assert_eq!(r.level(s, 2.5), FLAGGED_LEVEL);
+        // Evidence is capped at 2·limit and drains by the slack once the scores fall to 0.
+        for _ in 0..20 {
+            s = r.step(s, 6.0, 3);
+        }
+        assert_eq!(s.evidence, 12.0);
+        for i in 1..=12 {
+            s = r.step(s, 0.0, 3);
+            assert_eq!(s.flagged, i < 12, "window {i}: {s:?}");
+        }
+        assert_eq!(s, Status::default());
+        assert_eq!(r.step(Status { evidence: 5.0, ..Status::default() }, f64::NAN, 3).evidence, 4.0);
+        assert_eq!(r.step(s1, 9.0, 2), Status::default(), "too few peers");
+    }
+
+    #[test]
     fn status_and_level() {
         let r = rule();
-        let st = |streak, calm, flagged| Status { streak, calm, flagged };
+        let st = |streak, calm, flagged| Status { streak, calm, flagged, evidence: 0.0 };
         assert_eq!(r.step(Status::default(), 3.5, 3), st(1, 0, false));
         assert_eq!(r.step(st(2, 0, false), 3.5, 3), st(3, 0, true));
         assert_eq!(r.step(st(2, 0, false), 2.9, 3), st(0, 0, false));

@@ -223,6 +223,30 @@ pub fn top_logprobs(seed: u64, key: u64, index: u32, k: u32, vocab: u32) -> Vec<
     out
 }
 
+/// Quality noise: the request key the token at `index` is drawn from. With probability `noise`
+/// (a deterministic draw per position) the token comes from another answer (a derived key), so
+/// that text departs from the undegraded answer; `noise` ≤ 0 keeps `key`.
+pub fn noisy_key(seed: u64, key: u64, index: u32, noise: f64) -> u64 {
+    let draw = unit(mix64(seed ^ key.rotate_left(29) ^ u64::from(index).wrapping_mul(0x9E37_79B9)));
+    if noise > 0.0 && draw < noise { mix64(key ^ 0x0051_A70F_D15E) } else { key }
+}
+
+/// Quality noise on the top-k list: the top probability is scaled by `1 − 0.6 · noise` and the
+/// rest shared as before (geometrically), so the first token's entropy rises with `noise`;
+/// `noise` ≤ 0 leaves the list as it is. Returns the chosen token's log-probability (`logprob`,
+/// unchanged without noise).
+pub fn flatten(top: &mut [SyntheticToken], logprob: f64, noise: f64) -> f64 {
+    if noise <= 0.0 {
+        return logprob;
+    }
+    let p = logprob.exp() * (1.0 - 0.6 * noise.min(1.0));
+    for (rank, t) in top.iter_mut().enumerate() {
+        let q = if rank == 0 { p } else { (1.0 - p) * 0.5f64.powi(rank as i32) };
+        t.logprob = q.max(1e-12).ln();
+    }
+    p.ln()
+}
+
 /// A natural output length (where the model "emits EOS") for request `key`: log-normal
 /// around `median` tokens, at least 1, at most `max_tokens`.
 pub fn natural_length(seed: u64, key: u64, median: f64, max_tokens: u32) -> u32 {
@@ -247,6 +271,27 @@ mod tests {
             assert_eq!(ids.len(), 8, "token {i}: {alts:?}");
             assert_eq!(alts[0].id, token(7, prompt_key("hi"), i, 128_256).id);
         }
+    }
+
+    #[test]
+    fn quality_noise_changes_tokens_and_raises_entropy() {
+        let key = prompt_key("hi");
+        assert!((0..200).all(|i| noisy_key(7, key, i, 0.0) == key));
+        let changed = (0..2000).filter(|&i| noisy_key(7, key, i, 0.3) != key).count();
+        assert!((450..750).contains(&changed), "about 30 % of 2000: {changed}");
+        let entropy = |top: &[SyntheticToken]| {
+            let z: f64 = top.iter().map(|t| t.logprob.exp()).sum();
+            -top.iter().map(|t| t.logprob.exp() / z).map(|p| p * p.log2()).sum::<f64>()
+        };
+        let mut top = top_logprobs(7, key, 3, 5, 128_256);
+        let (lp0, p0) = (top[0].logprob, top[0].logprob.exp());
+        let before = entropy(&top);
+        let mut same = top.clone();
+        assert_eq!(flatten(&mut same, lp0, 0.0), lp0);
+        assert_eq!(same, top, "no noise: unchanged");
+        let lp = flatten(&mut top, lp0, 0.5);
+        assert!((lp - (p0 * 0.7).ln()).abs() < 1e-12 && top[0].logprob == lp);
+        assert!(entropy(&top) > before, "{} vs {before}", entropy(&top));
     }
 
     #[test]

@@ -73,13 +73,21 @@ pub enum ScenarioError {
 pub fn load_scenario(path: &Path) -> Result<Scenario, ScenarioError> {
     let text =
         std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { path: path.to_path_buf(), source })?;
-    parse_scenario(&text, &path.display().to_string())
+    parse_scenario_in(&text, &path.display().to_string(), path.parent())
 }
 
 /// Parses and validates scenario YAML; `origin` names it in errors.
 pub fn parse_scenario(text: &str, origin: &str) -> Result<Scenario, ScenarioError> {
-    let sc: Scenario = serde_saphyr::from_str(text)
+    parse_scenario_in(text, origin, None)
+}
+
+/// Like [`parse_scenario`]; a `load.trace.path` is read relative to `base`.
+fn parse_scenario_in(text: &str, origin: &str, base: Option<&Path>) -> Result<Scenario, ScenarioError> {
+    let mut sc: Scenario = serde_saphyr::from_str(text)
         .map_err(|e| ScenarioError::Parse { path: origin.to_string(), message: e.to_string() })?;
+    if let Some(t) = &mut sc.load.trace {
+        t.load(base).map_err(|message| ScenarioError::Invalid { path: origin.to_string(), message })?;
+    }
     validate(&sc).map_err(|message| ScenarioError::Invalid { path: origin.to_string(), message })?;
     Ok(sc)
 }

@@ -167,8 +167,13 @@ impl FleetSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoadSpec {
-    /// Mean request rate per instance, requests/s, before the cycles.
+    /// Mean request rate per instance, requests/s, before the cycles (0 with `trace`).
+    #[serde(default)]
     pub qps: f64,
+    /// A trace as the load shape: arrivals and lengths from the file (the rate model, the
+    /// length distributions and `prefix` are then unused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<super::load::TraceLoadSpec>,
     /// Every instance receives the same requests (mirrored A/B traffic, same request ids).
     #[serde(default)]
     pub mirror: bool,

@@ -43,6 +43,7 @@ pub fn speed_report(qps: f64, simulated_s: f64) -> SpeedReport {
         prompt: LengthDist { median: 300.0, sigma: 0.6, min: 8, max: 4000 },
         output: LengthDist { median: 60.0, sigma: 0.5, min: 1, max: 512 },
         prefix: Some(PrefixSpec { pool: 16, tokens: 256, share: 0.8, zipf: 1.0 }),
+        trace: None,
     };
     let mut cfg = EngineConfig::for_gpu("mi300x").unwrap_or_default();
     cfg.max_num_seqs = 512;

@@ -1,8 +1,8 @@
 //! The real-time driver: one task owns the [`Engine`], maps the monotonic clock onto engine
 //! nanoseconds, advances the engine to "now" whenever something is due (its next event, a
 //! submission, an abort, an admin call), and hands each request's tokens to its HTTP handler
-//! over a channel. It also keeps the `/metrics` state (and TGI's, in the TGI flavour) and
-//! emits the spans of finished requests (TGI's handler spans in the TGI flavour).
+//! over a channel. It also keeps the `/metrics` state (and TGI's or SGLang's, in those flavours)
+//! and emits the spans of finished requests (TGI's handler spans, SGLang's request spans there).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +16,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::prom::{PromState, RequestParams};
+use super::sglang::SglangMetrics;
+use super::sglang::trace::{Process, request_spans as sglang_spans};
 use super::telemetry::{SpanMeta, request_span};
 use super::tgi::TgiMetrics;
 use super::tgi::trace::{Handler, HandlerSpans, Timings};
@@ -134,6 +136,7 @@ struct Live {
     meta: SpanMeta,
     params: RequestParams,
     arrival: Nanos,
+    prompt_tokens: u32,
     last_token: Option<Nanos>,
 }
 
@@ -144,10 +147,19 @@ struct Tgi {
     spans: Option<HandlerSpans>,
 }
 
+/// The SGLang flavour's state in the driver.
+struct Sglang {
+    metrics: Arc<Mutex<SglangMetrics>>,
+    /// The served model name (`gen_ai.response.model`).
+    model: String,
+    process: Process,
+}
+
 /// Where a finished request is reported.
 struct Sinks<'a> {
     prom: &'a mut PromState,
     tgi: Option<&'a mut TgiMetrics>,
+    sglang: Option<(&'a mut SglangMetrics, &'a Sglang)>,
     tgi_spans: Option<&'a mut HandlerSpans>,
     spans: &'a Option<mpsc::Sender<Span>>,
     dropped: &'a mut u64,
@@ -164,13 +176,31 @@ pub struct Driver {
     events: Vec<EngineEvent>,
     dropped_spans: u64,
     tgi: Option<Tgi>,
+    sglang: Option<Sglang>,
 }
 
 impl Driver {
     /// A driver for `engine` (whose time 0 is `clock`'s zero), publishing into `prom` and
     /// sending finished requests' spans to `spans`.
     pub fn new(engine: Engine, clock: Clock, prom: Arc<Mutex<PromState>>, spans: Option<mpsc::Sender<Span>>) -> Self {
-        Driver { engine, clock, live: HashMap::new(), prom, spans, events: Vec::new(), dropped_spans: 0, tgi: None }
+        Driver {
+            engine,
+            clock,
+            live: HashMap::new(),
+            prom,
+            spans,
+            events: Vec::new(),
+            dropped_spans: 0,
+            tgi: None,
+            sglang: None,
+        }
+    }
+
+    /// The SGLang flavour: also records SGLang's metrics into `metrics`, and sends SGLang's
+    /// request spans (labelled with the served `model`) instead of `llm_request` spans.
+    pub fn with_sglang(mut self, metrics: Arc<Mutex<SglangMetrics>>, model: &str) -> Self {
+        self.sglang = Some(Sglang { metrics, model: model.to_string(), process: Process::current() });
+        self
     }
 
     /// The TGI flavour: also records TGI's metrics into `metrics`, and sends TGI's handler
@@ -225,9 +255,14 @@ impl Driver {
         let mut prom = self.prom.lock();
         let tgi_metrics = self.tgi.as_ref().map(|t| Arc::clone(&t.metrics));
         let mut tgi = tgi_metrics.as_ref().map(|m| m.lock());
+        let sglang_metrics = self.sglang.as_ref().map(|s| Arc::clone(&s.metrics));
+        let mut sglang = sglang_metrics.as_ref().map(|m| m.lock());
         for ev in &events {
             if let Some(t) = tgi.as_deref_mut() {
                 t.engine_event(ev);
+            }
+            if let Some(m) = sglang.as_deref_mut() {
+                m.engine_event(ev);
             }
             match ev {
                 EngineEvent::Token { id, index, t } => {
@@ -245,6 +280,7 @@ impl Driver {
                         let sinks = Sinks {
                             prom: &mut prom,
                             tgi: tgi.as_deref_mut(),
+                            sglang: sglang.as_deref_mut().zip(self.sglang.as_ref()),
                             tgi_spans: self.tgi.as_mut().and_then(|t| t.spans.as_mut()),
                             spans: &self.spans,
                             dropped: &mut self.dropped_spans,
@@ -253,18 +289,19 @@ impl Driver {
                         finish(sinks, &l, record);
                     }
                 }
-                EngineEvent::Step(s) => prom.observe_step_tokens(s.num_tokens),
+                EngineEvent::Step(s) => prom.observe_step(s.num_tokens, s.end as f64 / 1e9),
                 EngineEvent::Scheduled { .. } | EngineEvent::FirstToken { .. } | EngineEvent::Preempted { .. } => {}
             }
         }
-        self.publish(&mut prom, tgi.as_deref_mut());
+        self.publish(&mut prom, tgi.as_deref_mut(), sglang.as_deref_mut());
+        drop(sglang);
         drop(tgi);
         drop(prom);
         self.events = events;
         self.events.clear();
     }
 
-    fn publish(&self, prom: &mut PromState, tgi: Option<&mut TgiMetrics>) {
+    fn publish(&self, prom: &mut PromState, tgi: Option<&mut TgiMetrics>, sglang: Option<&mut SglangMetrics>) {
         prom.running = self.engine.num_running();
         prom.waiting = self.engine.num_waiting();
         prom.kv_usage = self.engine.kv_usage();
@@ -272,18 +309,25 @@ impl Driver {
         if let Some(t) = tgi {
             t.engine_state(prom.waiting, prom.running);
         }
+        if let Some(m) = sglang {
+            let kv = self.engine.kv_snapshot();
+            m.engine_state(self.engine.now(), prom.running, prom.waiting, &kv, &prom.stats);
+        }
     }
 
     fn abort(&mut self, ids: &[RequestId]) {
         let mut prom = self.prom.lock();
         let tgi_metrics = self.tgi.as_ref().map(|t| Arc::clone(&t.metrics));
         let mut tgi = tgi_metrics.as_ref().map(|m| m.lock());
+        let sglang_metrics = self.sglang.as_ref().map(|s| Arc::clone(&s.metrics));
+        let mut sglang = sglang_metrics.as_ref().map(|m| m.lock());
         for id in ids {
             let Some(l) = self.live.remove(id) else { continue };
             if let Some(record) = self.engine.abort(*id) {
                 let sinks = Sinks {
                     prom: &mut prom,
                     tgi: tgi.as_deref_mut(),
+                    sglang: sglang.as_deref_mut().zip(self.sglang.as_ref()),
                     tgi_spans: self.tgi.as_mut().and_then(|t| t.spans.as_mut()),
                     spans: &self.spans,
                     dropped: &mut self.dropped_spans,
@@ -292,7 +336,7 @@ impl Driver {
                 finish(sinks, &l, &record);
             }
         }
-        self.publish(&mut prom, tgi.as_deref_mut());
+        self.publish(&mut prom, tgi.as_deref_mut(), sglang.as_deref_mut());
     }
 
     fn handle(&mut self, cmd: Command) {
@@ -305,6 +349,7 @@ impl Driver {
                 for s in subs {
                     let id = s.spec.id;
                     let arrival = s.spec.arrival;
+                    let prompt_tokens = s.spec.prompt_tokens;
                     budgets.push((id, u64::from(s.spec.prompt_tokens) + u64::from(s.spec.max_tokens)));
                     if handlers.last().is_none_or(|h: &Handler| h.group != s.meta.handler.group) {
                         handlers.push(s.meta.handler.clone());
@@ -320,6 +365,7 @@ impl Driver {
                                     meta: s.meta,
                                     params: s.params,
                                     arrival,
+                                    prompt_tokens,
                                     last_token: None,
                                 },
                             );
@@ -334,6 +380,13 @@ impl Driver {
                     for id in accepted {
                         self.live.remove(&id);
                         self.engine.abort(id);
+                    }
+                } else if let Some(sg) = &self.sglang {
+                    let mut m = sg.metrics.lock();
+                    for id in &accepted {
+                        if let Some(l) = self.live.get(id) {
+                            m.queued(*id, l.arrival, l.prompt_tokens, l.params.stream);
+                        }
                     }
                 } else if let Some(t) = &mut self.tgi {
                     let mut m = t.metrics.lock();
@@ -379,18 +432,27 @@ impl Driver {
 
 fn finish(out: Sinks<'_>, l: &Live, record: &RequestRecord) {
     out.prom.observe_finished(record, l.params);
-    let span = match out.tgi {
-        None => out.spans.as_ref().map(|_| request_span(&l.meta, record, out.unix0)),
-        Some(m) => {
+    let spans: Vec<Span> = match (out.tgi, out.sglang) {
+        (Some(m), _) => {
             let t = Timings::of(record, l.meta.handler.arrival);
             m.finished(record, &t);
-            out.tgi_spans.and_then(|s| s.finish(&l.meta, record, &t, out.unix0))
+            out.tgi_spans.and_then(|s| s.finish(&l.meta, record, &t, out.unix0)).into_iter().collect()
         }
+        (None, Some((m, sg))) => {
+            m.finished(record);
+            match out.spans {
+                Some(_) => sglang_spans(&l.meta, record, record.id, &sg.model, &sg.process, out.unix0),
+                None => Vec::new(),
+            }
+        }
+        (None, None) => out.spans.as_ref().map(|_| request_span(&l.meta, record, out.unix0)).into_iter().collect(),
     };
-    if let (Some(tx), Some(span)) = (out.spans, span)
-        && tx.try_send(span).is_err()
-    {
-        *out.dropped += 1;
+    if let Some(tx) = out.spans {
+        for span in spans {
+            if tx.try_send(span).is_err() {
+                *out.dropped += 1;
+            }
+        }
     }
     let _ = l.tx.send(ReqEvent::Finished { choice: l.choice, record: record.clone() });
 }

@@ -2,7 +2,9 @@
 //! and OTLP spans around the discrete-event [`Engine`], driven by the wall clock. With
 //! `--flavor tgi` it shows Hugging Face TGI's telemetry instead: `/metrics` with TGI's
 //! `tgi_*` metrics, `GET /info`, and TGI's router handler spans ([`tgi`]); the OpenAI API is
-//! the same in both flavours.
+//! the same in both flavours. With `--flavor sglang` it shows SGLang's (`sglang:*` metrics as
+//! an SGLang server with `--enable-metrics` serves them, `/model_info`, `/health_generate`, and
+//! SGLang's request spans; [`sglang`]).
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), inferwatch_sim::server::ServerError> {
@@ -25,7 +27,7 @@
 //! ```yaml
 //! served_model_name: llama-3-8b            # default: the model's name
 //! median_output_tokens: 128                # natural answer length (log-normal median)
-//! vllm_version: "0.33"                     # /metrics families of vLLM 0.33 (default) or "0.10"
+//! vllm_version: "0.33"                     # /metrics families of vLLM 0.33 (default), "0.10" or "0.6" (V0)
 //! engine:                                  # crate::engine::EngineConfig
 //!   gpu: a10g                              # a10g | l4 | mi300x | a full profile map
 //!   model: llama-3-8b
@@ -44,6 +46,7 @@ pub mod api;
 pub mod driver;
 pub mod prom;
 pub mod prompt;
+pub mod sglang;
 pub mod telemetry;
 pub mod tgi;
 
@@ -73,6 +76,7 @@ use api::AppState;
 use driver::{Clock, Driver};
 use prom::PromState;
 pub use prom::VllmVersion;
+use sglang::SglangMetrics;
 use tgi::TgiMetrics;
 
 /// Errors of starting or running the simulator.
@@ -155,6 +159,8 @@ pub enum Flavor {
     Vllm,
     /// Hugging Face TGI: `tgi_*` metrics, `GET /info`, router handler spans.
     Tgi,
+    /// SGLang: `sglang:*` metrics, `GET /model_info`, `" Req <rid>"` request spans.
+    Sglang,
 }
 
 /// `inferwatch sim` options (vLLM's flag names where vLLM has them).
@@ -175,6 +181,12 @@ pub struct SimArgs {
     /// Seed of the synthetic output text and of the engine's randomness.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Degrade the answers' quality, 0 (off, default) to 1: each output token is drawn from
+    /// another answer with this probability, and the top log-probability is scaled by
+    /// 1 − 0.6 · P (the first token's entropy, TLE, rises; RCI against the undegraded answers
+    /// rises). For quality A/B tests: run version B with it.
+    #[arg(long, value_name = "P", value_parser = parse_quality_noise)]
+    pub quality_noise: Option<f64>,
     /// Send `llm_request` spans here: grpc://H:P, http://H:P or H:P (OTLP/gRPC), or
     /// http(s)://H:P/v1/traces (OTLP/HTTP protobuf).
     #[arg(long, value_name = "URL")]
@@ -209,13 +221,17 @@ pub struct SimArgs {
     /// Output directory of --scenario.
     #[arg(long, value_name = "DIR", requires = "scenario")]
     pub out: Option<PathBuf>,
-    /// Whose telemetry to show on /metrics, /info and in spans: vllm or tgi.
+    /// Whose telemetry to show on /metrics, /info and in spans: vllm, tgi or sglang.
     #[arg(long, value_enum, default_value_t = Flavor::Vllm)]
     pub flavor: Flavor,
-    /// Which vLLM release's `/metrics` families to show: 0.33 (default) or 0.10 (overrides
-    /// the file's `vllm_version`).
+    /// Which vLLM release's `/metrics` families to show: 0.33 (default), 0.10 or 0.6 (the V0
+    /// engine; overrides the file's `vllm_version`).
     #[arg(long, value_enum, value_name = "VERSION")]
     pub vllm_version: Option<VllmVersion>,
+    /// TGI flavour: most native requests (`/generate`, `/generate_stream`, `/`) in flight;
+    /// beyond it they get TGI's 429 `overloaded` (TGI's `--max-concurrent-requests`).
+    #[arg(long, value_name = "N", default_value_t = tgi::api::MAX_CONCURRENT_REQUESTS)]
+    pub max_concurrent_requests: usize,
 }
 
 impl Default for SimArgs {
@@ -226,6 +242,7 @@ impl Default for SimArgs {
             served_model_name: Vec::new(),
             model_version: None,
             seed: None,
+            quality_noise: None,
             otlp_traces_endpoint: None,
             otlp_metrics_endpoint: None,
             config: None,
@@ -239,7 +256,15 @@ impl Default for SimArgs {
             out: None,
             flavor: Flavor::Vllm,
             vllm_version: None,
+            max_concurrent_requests: tgi::api::MAX_CONCURRENT_REQUESTS,
         }
+    }
+}
+
+fn parse_quality_noise(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("must be a number from 0 to 1, got {s:?}")),
     }
 }
 
@@ -263,7 +288,7 @@ pub struct SimConfig {
     /// Faults; their times count from the server's start.
     #[serde(default)]
     pub faults: Vec<Fault>,
-    /// Which vLLM release's `/metrics` families to show (`"0.33"`, the default, or `"0.10"`).
+    /// Which vLLM release's `/metrics` families to show (`"0.33"`, the default, `"0.10"` or `"0.6"`).
     #[serde(default)]
     pub vllm_version: Option<VllmVersion>,
 }
@@ -367,13 +392,17 @@ impl SimServer {
         let prom = Arc::new(Mutex::new(PromState::new(&served[0], &ecfg, unix0_s).with_vllm_version(vllm_version)));
         let tgi_metrics =
             (args.flavor == Flavor::Tgi).then(|| Arc::new(Mutex::new(TgiMetrics::new(tgi::limits(&ecfg)))));
+        let sglang_metrics = (args.flavor == Flavor::Sglang)
+            .then(|| Arc::new(Mutex::new(SglangMetrics::new(&served[0], sglang::limits(&ecfg)))));
         let resource = match args.flavor {
             Flavor::Vllm => telemetry::resource(&ecfg.version),
             Flavor::Tgi => telemetry::resource_named(&ecfg.version, tgi::trace::SERVICE_NAME),
+            Flavor::Sglang => telemetry::resource_named(&ecfg.version, sglang::trace::SERVICE_NAME),
         };
         let scope = match args.flavor {
             Flavor::Vllm => telemetry::vllm_scope(),
             Flavor::Tgi => tgi::trace::scope(),
+            Flavor::Sglang => sglang::trace::scope(),
         };
         let mut background = Vec::new();
 
@@ -413,6 +442,9 @@ impl SimServer {
         if let Some(m) = &tgi_metrics {
             driver = driver.with_tgi(m.clone());
         }
+        if let Some(m) = &sglang_metrics {
+            driver = driver.with_sglang(m.clone(), &served[0]);
+        }
         let driver = tokio::spawn(driver.run(cmd_rx, engine_stop.clone()));
 
         let state = Arc::new(AppState {
@@ -420,14 +452,17 @@ impl SimServer {
             clock,
             prom,
             tgi: tgi_metrics,
+            sglang: sglang_metrics,
             served: served.clone(),
             root: ecfg.model().name.clone(),
             max_model_len: ecfg.max_model_len,
             seed: ecfg.seed,
             vocab: ecfg.model().vocab_size,
+            quality_noise: args.quality_noise.unwrap_or(0.0),
             median_output_tokens: cfg.median_output_tokens,
             started_unix_s: clock.unix0() / 1_000_000_000,
             next_id: AtomicU64::new(1),
+            media: api::MediaState::new(),
         });
         let bind = if args.host.contains(':') && !args.host.starts_with('[') {
             format!("[{}]:{}", args.host, args.port)
@@ -444,8 +479,11 @@ impl SimServer {
         let addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: bind, source })?;
         let http_stop = all.child_token();
         let stop = http_stop.clone();
+        let max_concurrent = args.max_concurrent_requests;
         let http = tokio::spawn(async move {
-            axum::serve(listener, router(state)).with_graceful_shutdown(async move { stop.cancelled().await }).await
+            axum::serve(listener, router(state, max_concurrent))
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
         });
         tracing::info!(
             address = %addr, model = %served[0], gpu = %ecfg.gpu().name, version = %ecfg.version,
@@ -492,7 +530,7 @@ impl SimServer {
     }
 }
 
-fn router(state: Arc<AppState>) -> Router {
+fn router(state: Arc<AppState>, max_concurrent_requests: usize) -> Router {
     let tgi = state.tgi.is_some();
     let r = Router::new()
         .route("/v1/chat/completions", post(api::chat_completions))
@@ -505,7 +543,16 @@ fn router(state: Arc<AppState>) -> Router {
         )
         .route("/metrics", get(metrics))
         .route("/admin/faults", get(admin::get_faults).post(admin::post_faults).delete(admin::delete_faults));
-    let r = if tgi { r.route("/info", get(tgi::info)) } else { r };
+    let r = if tgi { r.merge(tgi::api::routes(max_concurrent_requests)) } else { r };
+    // SGLang's own endpoints (its `/health` answers as the shared one does) and its HTTP metrics.
+    let r = if state.sglang.is_some() {
+        r.route("/model_info", get(sglang::model_info))
+            .route("/get_model_info", get(sglang::model_info))
+            .route("/health_generate", get(sglang::health_generate))
+            .route_layer(axum::middleware::from_fn_with_state(state.clone(), sglang::http_metrics))
+    } else {
+        r
+    };
     r.fallback(|| async { (StatusCode::NOT_FOUND, axum::Json(json!({"detail": "Not Found"}))) })
         .layer(DefaultBodyLimit::max(64 * 1024 * 1024))
         .with_state(state)
@@ -514,6 +561,9 @@ fn router(state: Arc<AppState>) -> Router {
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     if let Some(t) = &st.tgi {
         return tgi::metrics_response(&t.lock());
+    }
+    if let Some(m) = &st.sglang {
+        return sglang::metrics_response(&m.lock());
     }
     let text = st.prom.lock().render();
     let mut r = text.into_response();

@@ -81,8 +81,25 @@ pub struct PreparedPrompt {
     pub prefix: Option<PromptPrefix>,
 }
 
+/// An image in a chat message: which turn, its content hash and its prompt tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TurnImage {
+    /// Index of the message it belongs to.
+    pub turn: usize,
+    /// Hash of the image's content (part of the prompt key and prefix).
+    pub hash: u64,
+    /// Its prompt tokens (placeholders included).
+    pub tokens: u32,
+}
+
 /// Renders a chat conversation as the Llama-3 template would (for the key) and counts its tokens.
 pub fn prepare_chat(turns: &[ChatTurn]) -> PreparedPrompt {
+    prepare_chat_with_images(turns, &[])
+}
+
+/// [`prepare_chat`] with images: each one adds its tokens to its message and its hash to the
+/// rendered prompt (so equal text with other images is another prompt and another prefix).
+pub fn prepare_chat_with_images(turns: &[ChatTurn], images: &[TurnImage]) -> PreparedPrompt {
     let mut rendered = String::new();
     let mut tokens = BOS_TOKENS;
     let mut prefix = None;
@@ -94,6 +111,10 @@ pub fn prepare_chat(turns: &[ChatTurn]) -> PreparedPrompt {
         rendered.push_str("<|start_header_id|>");
         rendered.push_str(&t.role);
         rendered.push_str("<|end_header_id|>\n\n");
+        for img in images.iter().filter(|m| m.turn == i) {
+            rendered.push_str(&format!("<|vision_start|>{:016x}<|vision_end|>", img.hash));
+            tokens = tokens.saturating_add(img.tokens);
+        }
         rendered.push_str(&t.content);
         rendered.push_str("<|eot_id|>");
         tokens = tokens.saturating_add(CHAT_TOKENS_PER_MESSAGE).saturating_add(count_tokens(&t.content));

@@ -18,14 +18,14 @@ use opentelemetry_proto::tonic::metrics::v1::{
     Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span, status};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, span};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::ServerError;
 use super::tgi::trace::Handler;
-use crate::engine::{FinishReason, RequestRecord};
+use crate::engine::RequestRecord;
 
 /// Instrumentation scope of vLLM's tracer.
 pub const TRACE_SCOPE: &str = "vllm.llm_engine";
@@ -183,12 +183,10 @@ pub fn request_span(meta: &SpanMeta, r: &RequestRecord, start_unix_ns: u64) -> S
         kv_f64("gen_ai.latency.time_in_model_prefill", r.prefill_s()),
         kv_f64("gen_ai.latency.time_in_model_decode", r.decode_s()),
         kv_f64("gen_ai.latency.time_in_model_inference", r.inference_s()),
-        kv_str("gen_ai.response.finish_reasons", format!("[\"{}\"]", r.finish_reason.as_str())),
     ]);
-    let status = match r.finish_reason {
-        FinishReason::Error => Some(Status { message: "engine error".into(), code: status::StatusCode::Error as i32 }),
-        _ => None,
-    };
+    // vLLM (every version) sets no `gen_ai.response.finish_reasons` and no span status on
+    // `llm_request` (vllm/tracing, output_processor.py): how a request ended is only in
+    // `vllm:request_success_total{finished_reason}`.
     Span {
         trace_id,
         span_id,
@@ -200,7 +198,6 @@ pub fn request_span(meta: &SpanMeta, r: &RequestRecord, start_unix_ns: u64) -> S
         start_time_unix_nano: start_unix_ns.saturating_add(r.arrival),
         end_time_unix_nano: start_unix_ns.saturating_add(r.finished),
         attributes,
-        status,
         ..Default::default()
     }
 }
@@ -466,6 +463,41 @@ mod tests {
             assert!(TraceParent::parse(bad, None).is_none(), "{bad}");
         }
         assert!(TraceParent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", None).is_some());
+    }
+
+    #[test]
+    fn llm_request_has_no_finish_reason_and_no_status() {
+        use crate::engine::FinishReason;
+        let meta = SpanMeta {
+            request_id: "cmpl-1".into(),
+            max_tokens: 8,
+            temperature: 0.0,
+            top_p: 1.0,
+            n: 1,
+            parent: None,
+            handler: Handler::default(),
+        };
+        for fr in FinishReason::ALL {
+            let r = RequestRecord {
+                id: 1,
+                arrival: 0,
+                scheduled: Some(10),
+                first_token: Some(20),
+                last_token: Some(30),
+                finished: 30,
+                prompt_tokens: 4,
+                completion_tokens: 2,
+                max_tokens: 8,
+                cached_tokens: 0,
+                preemptions: 0,
+                finish_reason: fr,
+            };
+            let s = request_span(&meta, &r, 0);
+            assert_eq!(s.name, "llm_request");
+            assert!(s.status.is_none(), "{fr:?}: vLLM sets no status");
+            assert!(s.attributes.iter().all(|kv| kv.key != "gen_ai.response.finish_reasons"), "{fr:?}");
+            assert!(s.attributes.iter().any(|kv| kv.key == "gen_ai.latency.e2e"));
+        }
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! exposes besides the OpenAI API (tests/fixtures/servers/tgi-*): `GET /metrics` with
 //! TGI's `tgi_*` metrics as metrics-exporter-prometheus 0.15.3 renders them
 //! ([`exposition`], recorded by [`recorder`]), `GET /info` (TGI's `Info` JSON) and its router
-//! handler spans ([`trace`]).
+//! handler spans ([`trace`]), and TGI's own API: `/generate`, `/generate_stream`, `/`,
+//! `/tokenize` ([`api`]).
 
+pub mod api;
 pub mod exposition;
 pub mod recorder;
 pub mod trace;

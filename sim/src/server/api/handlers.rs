@@ -12,21 +12,26 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::error::{ApiError, parse_body, unavailable};
 use super::output::Output;
-use super::plan::{Kind, Plan, chat_turns, int_param};
+use super::plan::{Kind, Plan, int_param};
 use super::sse::stream_response;
 use super::wire::{ChatRequest, CompletionRequest, ModelCard, ModelList, ModelPermission, PromptInput};
 use super::{AppState, MAX_LOGPROBS};
 use crate::engine::tokens::{self, mix64};
 use crate::engine::{RejectReason, RequestId};
 use crate::server::driver::{Command, ReqEvent, Submission};
-use crate::server::prompt::{prepare_chat, prepare_ids, prepare_text};
+use crate::server::prompt::{prepare_ids, prepare_text};
 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
     let arrival = st.clock.now();
     let r: Result<ChatRequest, ApiError> = parse_body(&body);
+    // Images are loaded (and fetched) before planning, as vLLM's frontend loads them.
+    let prompt = match &r {
+        Ok(req) => Some(st.chat_prompt(&req.messages).await),
+        Err(_) => None,
+    };
     let planned = r.and_then(|req| {
-        let turns = chat_turns(&req.messages)?;
+        let prompt = prompt.unwrap_or_else(|| Err(ApiError::bad_request("the request has no messages")))?;
         let logprobs = if req.logprobs.unwrap_or(false) {
             Some(int_param(req.top_logprobs, "top_logprobs", 0, i64::from(MAX_LOGPROBS))?.unwrap_or(0))
         } else if req.top_logprobs.is_some_and(|k| k > 0) {
@@ -38,7 +43,7 @@ pub async fn chat_completions(State(st): State<Arc<AppState>>, headers: HeaderMa
             None
         };
         let max = req.max_completion_tokens.or(req.max_tokens);
-        st.plan(Kind::Chat, &headers, &req.common, vec![prepare_chat(&turns)], max, logprobs, arrival)
+        st.plan(Kind::Chat, &headers, &req.common, vec![prompt], max, logprobs, arrival)
     });
     respond(st, planned).await
 }

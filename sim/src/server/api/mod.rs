@@ -10,6 +10,7 @@
 
 mod error;
 mod handlers;
+mod media;
 mod output;
 mod plan;
 mod sse;
@@ -23,10 +24,12 @@ use tokio::sync::mpsc;
 
 use super::driver::{Clock, Command};
 use super::prom::PromState;
+use super::sglang::SglangMetrics;
 use super::tgi::TgiMetrics;
 
 pub use error::{ApiError, ErrorBody, ErrorInfo, parse_body};
 pub use handlers::{chat_completions, completions, json_ok, models};
+pub use media::MediaState;
 
 /// Most top log-probabilities a request may ask for (vLLM's default `--max-logprobs`).
 pub const MAX_LOGPROBS: u32 = 20;
@@ -43,6 +46,8 @@ pub struct AppState {
     pub prom: Arc<Mutex<PromState>>,
     /// TGI's metrics, in the TGI flavour (its `/metrics` then shows these).
     pub tgi: Option<Arc<Mutex<TgiMetrics>>>,
+    /// SGLang's metrics, in the SGLang flavour (its `/metrics` then shows these).
+    pub sglang: Option<Arc<Mutex<SglangMetrics>>>,
     /// Served model names (`--served-model-name`); the first one labels the metrics.
     pub served: Vec<String>,
     /// The model behind them (`root` in `/v1/models`).
@@ -53,10 +58,15 @@ pub struct AppState {
     pub seed: u64,
     /// Vocabulary size (synthetic token ids).
     pub vocab: u32,
+    /// `--quality-noise`: share of output tokens drawn from another answer, and how much the
+    /// top log-probability is flattened (0: off).
+    pub quality_noise: f64,
     /// Median natural output length in tokens (where the model "emits EOS").
     pub median_output_tokens: f64,
     /// Server start, Unix seconds (`created` of the model card).
     pub started_unix_s: u64,
     /// Next engine request id.
     pub next_id: AtomicU64,
+    /// Image loading and the multi-modal processor cache (`media`).
+    pub media: MediaState,
 }

@@ -91,13 +91,15 @@ impl Output {
     }
 
     pub(super) fn token(&self, choice: usize, index: u32) -> Tok {
-        let key = self.plan.choices[choice].key;
+        let noise = self.plan.quality_noise;
+        let key = tokens::noisy_key(self.plan.seed, self.plan.choices[choice].key, index, noise);
         let t = tokens::token(self.plan.seed, key, index, self.plan.vocab);
-        let top = match self.plan.logprobs {
+        let mut top = match self.plan.logprobs {
             Some(k) => tokens::top_logprobs(self.plan.seed, key, index, k.max(1), self.plan.vocab),
             None => Vec::new(),
         };
-        Tok { text: t.text, logprob: t.logprob, top }
+        let logprob = tokens::flatten(&mut top, t.logprob, noise);
+        Tok { text: t.text, logprob, top }
     }
 
     /// The finish reason the engine will report with the token at `index` (if it is the last).

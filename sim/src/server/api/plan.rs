@@ -6,13 +6,14 @@ use std::sync::atomic::Ordering;
 use axum::http::{HeaderMap, StatusCode};
 
 use super::error::ApiError;
+use super::media::MAX_IMAGES_PER_PROMPT;
 use super::wire::{Common, Content, Message};
 use super::{AppState, MAX_CHOICES};
 use crate::engine::tokens::{mix64, natural_length};
 use crate::engine::{RequestId, RequestSpec};
 use crate::server::driver::Submission;
 use crate::server::prom::RequestParams;
-use crate::server::prompt::{ChatTurn, PreparedPrompt, choice_key};
+use crate::server::prompt::{ChatTurn, PreparedPrompt, TurnImage, choice_key, prepare_chat, prepare_chat_with_images};
 use crate::server::telemetry::{SpanMeta, TraceParent};
 use crate::server::tgi::trace::Handler;
 use crate::server::tgi::validation_ns;
@@ -48,6 +49,8 @@ pub(super) struct Plan {
     pub(super) logprobs: Option<u32>,
     pub(super) seed: u64,
     pub(super) vocab: u32,
+    /// `--quality-noise` (0: the undegraded answers).
+    pub(super) quality_noise: f64,
 }
 
 pub(super) fn int_param(v: Option<i64>, name: &'static str, min: i64, max: i64) -> Result<Option<u32>, ApiError> {
@@ -93,6 +96,8 @@ impl AppState {
     pub(super) fn check_model(&self, model: Option<&str>) -> Result<String, ApiError> {
         match model {
             None | Some("") => Ok(self.served.first().cloned().unwrap_or_default()),
+            // TGI ignores `model` (huggingface_hub sends "dummy"): it answers as its model id
+            Some(_) if self.tgi.is_some() => Ok(self.served.first().cloned().unwrap_or_default()),
             Some(m) if self.served.iter().any(|s| s == m) => Ok(m.to_string()),
             Some(m) => Err(ApiError {
                 status: StatusCode::NOT_FOUND,
@@ -258,9 +263,10 @@ impl AppState {
                             seed: (temperature != 0.0)
                                 .then(|| c.seed.map_or_else(|| mix64(key ^ self.seed), |s| s as u64)),
                             arrival,
+                            parameters: None,
                         },
                     },
-                    params: RequestParams { n, max_tokens: max },
+                    params: RequestParams { n, max_tokens: max, stream },
                 });
                 choices.push(ChoicePlan { prompt: pi, key, target: spec.target_output(), spec });
             }
@@ -280,31 +286,43 @@ impl AppState {
             logprobs,
             seed: self.seed,
             vocab: self.vocab,
+            quality_noise: self.quality_noise,
         };
         Ok((plan, subs))
     }
 }
 
-pub(super) fn chat_turns(messages: &[Message]) -> Result<Vec<ChatTurn>, ApiError> {
+/// The image URLs of a conversation: (message index, URL), in order.
+pub(super) type ImageRefs<'a> = Vec<(usize, &'a str)>;
+
+/// The text of each message and the image URLs it carries.
+pub(super) fn chat_turns(messages: &[Message]) -> Result<(Vec<ChatTurn>, ImageRefs<'_>), ApiError> {
     if messages.is_empty() {
         return Err(ApiError { param: Some("messages"), ..ApiError::bad_request("messages must not be empty") });
     }
     let mut out = Vec::with_capacity(messages.len());
-    for m in messages {
+    let mut images = Vec::new();
+    for (mi, m) in messages.iter().enumerate() {
         let content = match &m.content {
             None => String::new(),
             Some(Content::Text(t)) => t.clone(),
             Some(Content::Parts(parts)) => {
                 let mut s = String::new();
                 for p in parts {
-                    match (p.kind.as_str(), &p.text) {
-                        ("text", Some(t)) => s.push_str(t),
-                        ("text", None) => {
+                    match (p.kind.as_str(), &p.text, &p.image_url) {
+                        ("text", Some(t), _) => s.push_str(t),
+                        ("text", None, _) => {
                             return Err(ApiError::bad_request("a content part of type \"text\" needs \"text\""));
                         }
-                        (other, _) => {
+                        ("image_url", _, Some(u)) => images.push((mi, u.url.as_str())),
+                        ("image_url", _, None) => {
+                            return Err(ApiError::bad_request(
+                                "a content part of type \"image_url\" needs \"image_url\": {\"url\": ...}",
+                            ));
+                        }
+                        (other, _, _) => {
                             return Err(ApiError::bad_request(format!(
-                                "content parts of type {other:?} are not supported by this model (text only)"
+                                "content parts of type {other:?} are not supported by this model (text and image_url only)"
                             )));
                         }
                     }
@@ -314,5 +332,49 @@ pub(super) fn chat_turns(messages: &[Message]) -> Result<Vec<ChatTurn>, ApiError
         };
         out.push(ChatTurn { role: m.role.clone(), content });
     }
-    Ok(out)
+    Ok((out, images))
+}
+
+impl AppState {
+    /// The prompt of a chat request: its messages, and its images loaded (concurrently),
+    /// checked and charged to the prompt by the Qwen2-VL rule (`media`); every image passes
+    /// through the multi-modal processor cache (`vllm:mm_cache_*`). A bad image is a 400
+    /// naming the message, the part and the reason, as vLLM answers.
+    pub(super) async fn chat_prompt(&self, messages: &[Message]) -> Result<PreparedPrompt, ApiError> {
+        let (turns, urls) = chat_turns(messages)?;
+        if urls.is_empty() {
+            return Ok(prepare_chat(&turns));
+        }
+        if urls.len() > MAX_IMAGES_PER_PROMPT {
+            return Err(ApiError::bad_request(format!(
+                "At most {MAX_IMAGES_PER_PROMPT} image(s) may be provided in one prompt, got {}.",
+                urls.len()
+            )));
+        }
+        let loaded = futures::future::join_all(urls.iter().map(|(_, u)| self.media.load(u))).await;
+        let mut ok = Vec::with_capacity(loaded.len());
+        for (n, ((turn, _), r)) in urls.iter().zip(loaded).enumerate() {
+            match r {
+                Ok(img) => ok.push(img),
+                Err(e) => {
+                    return Err(ApiError::bad_request(format!(
+                        "Failed to load image {} (in message {turn}): {e}",
+                        n + 1
+                    )));
+                }
+            }
+        }
+        let (queries, hits) = self.media.process(&ok);
+        {
+            let mut p = self.prom.lock();
+            p.mm_cache_queries += queries;
+            p.mm_cache_hits += hits;
+        }
+        let images: Vec<TurnImage> = urls
+            .iter()
+            .zip(&ok)
+            .map(|((turn, _), img)| TurnImage { turn: *turn, hash: img.info.hash, tokens: img.tokens })
+            .collect();
+        Ok(prepare_chat_with_images(&turns, &images))
+    }
 }

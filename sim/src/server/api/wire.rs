@@ -19,12 +19,23 @@ pub(super) enum Content {
     Parts(Vec<ContentPart>),
 }
 
+/// One part of a message's content: `{"type": "text", "text"}` or
+/// `{"type": "image_url", "image_url": {"url", "detail"}}` (other types are refused).
 #[derive(Debug, Deserialize)]
 pub(super) struct ContentPart {
     #[serde(rename = "type")]
     pub(super) kind: String,
     #[serde(default)]
     pub(super) text: Option<String>,
+    #[serde(default)]
+    pub(super) image_url: Option<ImageUrl>,
+}
+
+/// The `image_url` of an image part: a `data:` URL (base64) or an http(s) URL. OpenAI's
+/// `detail` is ignored, as vLLM ignores it.
+#[derive(Debug, Deserialize)]
+pub(super) struct ImageUrl {
+    pub(super) url: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -136,6 +136,13 @@ impl TgiMetrics {
         self.reg.record("tgi_request_max_new_tokens", None, f64::from(max_new_tokens));
     }
 
+    /// Validation accepted a generation of a request already counted (TGI's `/generate`
+    /// counts its request once, then validates each `best_of` generation).
+    pub fn input_validated(&mut self, input_length: u32, max_new_tokens: u32) {
+        self.reg.record("tgi_request_input_length", None, f64::from(input_length));
+        self.reg.record("tgi_request_max_new_tokens", None, f64::from(max_new_tokens));
+    }
+
     /// Validation refused it.
     pub fn validation_failed(&mut self) {
         self.reg.increment("tgi_request_count", None, 1);

@@ -44,6 +44,9 @@ pub struct Handler {
     /// Engine time when the HTTP request reached the handler (its generations enter the
     /// engine after validation).
     pub arrival: Nanos,
+    /// The span's `parameters` field (`Debug` of `GenerateParameters`): `/generate` and
+    /// `/generate_stream` record it, the OpenAI handlers do not.
+    pub parameters: Option<String>,
 }
 
 /// TGI's per-request intervals (`generate_internal`): validation = queued − start,
@@ -86,7 +89,8 @@ impl Timings {
 /// (TGI records no timing fields then).
 pub fn handler_span(meta: &SpanMeta, r: &RequestRecord, timings: Option<&Timings>, start_unix_ns: u64) -> Span {
     let ids = span_context(meta.parent.as_ref());
-    let attributes = match timings {
+    let mut attributes: Vec<_> = meta.handler.parameters.iter().map(|p| kv_str("parameters", p.clone())).collect();
+    attributes.extend(match timings {
         Some(t) => vec![
             kv_str("total_time", format!("{:?}", t.total)),
             kv_str("validation_time", format!("{:?}", t.validation)),
@@ -96,7 +100,7 @@ pub fn handler_span(meta: &SpanMeta, r: &RequestRecord, timings: Option<&Timings
             kv_str("seed", format!("{:?}", meta.handler.seed)),
         ],
         None => Vec::new(),
-    };
+    });
     let status = (r.finish_reason == FinishReason::Error).then(|| Status {
         message: "Request failed during generation: the KV cache could not hold it".into(),
         code: status::StatusCode::Error as i32,
@@ -193,7 +197,7 @@ mod tests {
             top_p: 1.0,
             n: members,
             parent: None,
-            handler: Handler { name: "chat_completions", group, members, seed: Some(42), arrival: 0 },
+            handler: Handler { name: "chat_completions", group, members, seed: Some(42), arrival: 0, parameters: None },
         }
     }
 
