@@ -774,6 +774,28 @@ pub fn conversation_span(c: &Common, conv: &Conversation<'_>) -> Span {
     }
 }
 
+/// One histogram point of a series: its attributes (`server.port` as an int), `start..now`.
+fn histogram_point(attrs: &[(String, String)], g: &Agg, start: u64, now: u64) -> HistogramDataPoint {
+    HistogramDataPoint {
+        attributes: attrs
+            .iter()
+            .map(|(k, v)| match (k.as_str(), v.parse::<i64>()) {
+                ("server.port", Ok(p)) => kv_int(k, p),
+                _ => kv_str(k, v.clone()),
+            })
+            .collect(),
+        start_time_unix_nano: start,
+        time_unix_nano: now,
+        count: g.count,
+        sum: Some(g.sum),
+        bucket_counts: g.counts.clone(),
+        explicit_bounds: g.bounds.to_vec(),
+        min: (g.count > 0).then_some(g.min),
+        max: (g.count > 0).then_some(g.max),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -816,27 +838,5 @@ mod tests {
         assert_eq!(a.counts[1], 1);
         assert_eq!(a.counts[DURATION_BOUNDS.len()], 1);
         assert_eq!(a.count, 4);
-    }
-}
-
-/// One histogram point of a series: its attributes (`server.port` as an int), `start..now`.
-fn histogram_point(attrs: &[(String, String)], g: &Agg, start: u64, now: u64) -> HistogramDataPoint {
-    HistogramDataPoint {
-        attributes: attrs
-            .iter()
-            .map(|(k, v)| match (k.as_str(), v.parse::<i64>()) {
-                ("server.port", Ok(p)) => kv_int(k, p),
-                _ => kv_str(k, v.clone()),
-            })
-            .collect(),
-        start_time_unix_nano: start,
-        time_unix_nano: now,
-        count: g.count,
-        sum: Some(g.sum),
-        bucket_counts: g.counts.clone(),
-        explicit_bounds: g.bounds.to_vec(),
-        min: (g.count > 0).then_some(g.min),
-        max: (g.count > 0).then_some(g.max),
-        ..Default::default()
     }
 }
