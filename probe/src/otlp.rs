@@ -529,7 +529,7 @@ fn percent_decode(s: &str) -> Option<String> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
+            let hex = s.get(i + 1..i + 3).filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))?;
             out.push(u8::from_str_radix(hex, 16).ok()?);
             i += 3;
         } else {
@@ -815,6 +815,7 @@ mod tests {
         );
         assert!(resource_attributes("good=1,bad").is_empty(), "a malformed value is discarded whole");
         assert!(resource_attributes("k=%zz").is_empty());
+        assert!(resource_attributes("k=%+1").is_empty(), "a sign is not a hex digit");
         assert!(resource_attributes("=v").is_empty());
         assert!(resource_attributes("").is_empty());
     }

@@ -397,7 +397,7 @@ pub async fn calibrate(
     let first = post(vllm(msgs(&[("user", a16.clone())]), a16.clone())).await;
     if let Ok(c1) = first {
         let c2 = post(vllm(msgs(&[("user", a48.clone())]), a48.clone())).await?;
-        if c2 != c1 + 32 {
+        if c1.checked_add(32) != Some(c2) {
             return Err(format!(
                 "{url}: 32 more filler words gave {} more tokens, not 32",
                 i64::from(c2) - i64::from(c1)
@@ -430,7 +430,7 @@ pub async fn calibrate(
         Ok(_) => e,
     })?;
     let c2 = post(serde_json::json!({"inputs": a48})).await?;
-    if c2 != c1 + 32 || c1 < 16 {
+    if c1.checked_add(32) != Some(c2) || c1 < 16 {
         return Err(format!("{url}: filler words are not one token each ({c1}, {c2})"));
     }
     Ok(match api {

@@ -101,7 +101,8 @@ pub struct TokenEvent {
 }
 
 impl Outcome {
-    pub(super) fn new(start: Instant, start_wall: SystemTime) -> Outcome {
+    /// A request's outcome before anything is known of it.
+    pub(crate) fn new(start: Instant, start_wall: SystemTime) -> Outcome {
         Outcome {
             start,
             start_wall,

@@ -39,8 +39,10 @@ const STDERR_LINES: usize = 10;
 const HELLO_WAIT: Duration = Duration::from_secs(10);
 /// Most metrics one `metric_finalize` answer may add.
 const MAX_METRICS_PER_REPLY: usize = 32;
-/// Body fields a hook may not set through `params`.
-const PROTECTED: &[&str] = &["model", "messages", "prompt", "stream", "stream_options", "max_tokens"];
+/// Body fields a hook may not set through `params` (OpenAI-style, and TGI's `parameters` the
+/// run sets: output length and the details the report reads).
+const PROTECTED: &[&str] =
+    &["model", "messages", "prompt", "stream", "stream_options", "max_tokens", "max_new_tokens", "details", "inputs"];
 
 /// How to start one external hook.
 #[derive(Debug, Clone, PartialEq)]
@@ -881,6 +883,8 @@ mod tests {
         let mut r = req();
         for bad in [
             json!({"request": {"max_tokens": 5, "params": {"stream": false}}}),
+            json!({"request": {"max_tokens": 5, "params": {"max_new_tokens": 900}}}),
+            json!({"request": {"max_tokens": 5, "params": {"details": false}}}),
             json!({"request": {"max_tokens": 0}}),
             json!({"request": {"messages": []}}),
             json!({"request": {"prompt": "x", "messages": [{"role": "user", "content": "y"}]}}),

@@ -472,7 +472,7 @@ impl Chain {
             }
             let mut s = lock(&e.stats);
             let mut dropped = false;
-            for m in &mut out.metrics[before..] {
+            for m in out.metrics.get_mut(before..).unwrap_or_default() {
                 m.hook = e.name.clone();
                 let room = s.metrics.len() < MAX_METRICS;
                 match s.metrics.get_mut(&m.name) {

@@ -35,24 +35,7 @@ fn outcome(text: &str) -> Outcome {
 }
 
 fn blank_outcome() -> Outcome {
-    Outcome {
-        start: Instant::now(),
-        start_wall: SystemTime::now(),
-        ttft: None,
-        itl: Vec::new(),
-        e2e: Duration::ZERO,
-        input_tokens: 0,
-        output_tokens: 0,
-        usage_reported: false,
-        text: String::new(),
-        finish_reason: None,
-        response_id: None,
-        response_model: None,
-        first_top_logprobs: None,
-        rci: None,
-        error: None,
-        tokens: Vec::new(),
-    }
+    Outcome::new(Instant::now(), SystemTime::now())
 }
 
 /// A test hook that appends its tag to the prompt and logs the order of its calls.

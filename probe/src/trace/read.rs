@@ -60,9 +60,24 @@ pub struct Trace {
 /// Most rows a trace may have (bounded memory).
 pub const MAX_ROWS: usize = 50_000_000;
 
+/// Largest trace file read (it is read whole): 4 GiB.
+pub const MAX_TRACE_BYTES: u64 = 4 << 30;
+
+/// Most tokens one row may ask for, in or out (2 Mi: above any model's context today); the
+/// prompt and the stand-in answer are built to that size.
+pub const MAX_ROW_TOKENS: u64 = 2 << 20;
+
 impl Trace {
     /// Reads a trace: JSONL when the first non-blank character is `{`, CSV otherwise.
     pub fn load(path: &Path) -> Result<Trace, TraceError> {
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        if size > MAX_TRACE_BYTES {
+            return Err(TraceError {
+                path: path.to_path_buf(),
+                line: 0,
+                message: format!("the trace is {size} bytes, more than the {MAX_TRACE_BYTES} read (split it)"),
+            });
+        }
         let text = std::fs::read_to_string(path).map_err(|e| TraceError {
             path: path.to_path_buf(),
             line: 0,
@@ -258,6 +273,9 @@ fn tokens(v: &str, what: &str) -> Result<u32, String> {
     let n: u64 = t.parse().map_err(|_| format!("{what} {t:?} is not a whole number"))?;
     if n == 0 {
         return Err(format!("{what} must be at least 1"));
+    }
+    if n > MAX_ROW_TOKENS {
+        return Err(format!("{what} {n} is more than {MAX_ROW_TOKENS}"));
     }
     u32::try_from(n).map_err(|_| format!("{what} {n} is too large"))
 }
@@ -475,6 +493,19 @@ mod tests {
         assert_eq!(e.line, 2);
         let e = Trace::load(Path::new("/nonexistent/trace.csv")).unwrap_err();
         assert_eq!(e.line, 0);
+    }
+
+    #[test]
+    fn a_row_asking_for_more_tokens_than_any_context_is_refused() {
+        let e = parse("timestamp,input_tokens,output_tokens\n1,2,3\n2,4000000000,3\n").unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.to_string().contains("more than 2097152"), "{e}");
+        let e = parse("timestamp,input_tokens,output_tokens\n1,2,2097153\n").unwrap_err();
+        assert!(e.to_string().contains("output_tokens 2097153"), "{e}");
+        assert_eq!(
+            parse("timestamp,input_tokens,output_tokens\n1,2097152,1\n").unwrap().rows[0].input_tokens,
+            2_097_152
+        );
     }
 
     #[test]

@@ -73,11 +73,21 @@ impl TraceLoadSpec {
             _ => p.to_path_buf(),
         };
         let t = Trace::load(&full).map_err(|e| format!("load.trace.path: {e}"))?;
-        TraceSchedule::new(&t.times(), self.timing(0)).map_err(|e| format!("load.trace: {e}"))?;
+        let schedule = TraceSchedule::new(&t.times(), self.timing(0)).map_err(|e| format!("load.trace: {e}"))?;
+        let lap_min = schedule.period_s() / self.speed / 60.0;
+        if lap_min > MAX_LAP_MINUTES {
+            return Err(format!(
+                "load.trace.speed: one lap of the trace lasts {lap_min:.0} minutes at speed {}, more than {MAX_LAP_MINUTES} (raise the speed or set duration)",
+                self.speed
+            ));
+        }
         self.loaded = Some(Arc::new(t));
         Ok(())
     }
 }
+
+/// Longest lap of a trace load, in scenario minutes (≈ 1.9 years; its per-minute rates are held).
+const MAX_LAP_MINUTES: f64 = 1_000_000.0;
 
 /// A trace load, ready: the trace, its schedule and the rate of each minute of one lap.
 #[derive(Clone, Debug)]
@@ -112,7 +122,7 @@ impl TraceLoad {
             }
         };
         let lap_s = schedule.period_s() / spec.speed;
-        let mut per_minute = vec![0.0; (lap_s / 60.0).ceil().max(1.0) as usize];
+        let mut per_minute = vec![0.0; (lap_s / 60.0).ceil().clamp(1.0, MAX_LAP_MINUTES) as usize];
         for a in schedule.clone().take_while(|a| a.lap == 0) {
             let m = ((a.at.as_secs_f64() / 60.0) as usize).min(per_minute.len() - 1);
             per_minute[m] += 1.0 / 60.0;
@@ -431,6 +441,15 @@ mod tests {
             out.extend(m.window_requests(0, win, win * w, ((win + 1) * w).min(end), share));
         }
         out
+    }
+
+    #[test]
+    fn a_trace_slowed_past_the_longest_lap_is_refused_at_load() {
+        let mut l: LoadSpec = serde_saphyr::from_str("trace: {path: azure_conv_10min.csv, speed: 0.000001}\n").unwrap();
+        let e = l.trace.as_mut().unwrap().load(Some(&fixture_dir())).unwrap_err();
+        assert!(e.starts_with("load.trace.speed: one lap of the trace lasts"), "{e}");
+        let mut l: LoadSpec = serde_saphyr::from_str("trace: {path: azure_conv_10min.csv, speed: 0.01}\n").unwrap();
+        l.trace.as_mut().unwrap().load(Some(&fixture_dir())).unwrap();
     }
 
     #[test]

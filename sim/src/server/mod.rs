@@ -230,8 +230,9 @@ pub struct SimArgs {
     pub vllm_version: Option<VllmVersion>,
     /// TGI flavour: most native requests (`/generate`, `/generate_stream`, `/`) in flight;
     /// beyond it they get TGI's 429 `overloaded` (TGI's `--max-concurrent-requests`).
-    #[arg(long, value_name = "N", default_value_t = tgi::api::MAX_CONCURRENT_REQUESTS)]
-    pub max_concurrent_requests: usize,
+    #[arg(long, value_name = "N", default_value_t = tgi::api::MAX_CONCURRENT_REQUESTS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_requests: u32,
 }
 
 impl Default for SimArgs {
@@ -479,7 +480,7 @@ impl SimServer {
         let addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: bind, source })?;
         let http_stop = all.child_token();
         let stop = http_stop.clone();
-        let max_concurrent = args.max_concurrent_requests;
+        let max_concurrent = args.max_concurrent_requests as usize;
         let http = tokio::spawn(async move {
             axum::serve(listener, router(state, max_concurrent))
                 .with_graceful_shutdown(async move { stop.cancelled().await })

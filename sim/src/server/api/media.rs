@@ -287,11 +287,27 @@ impl MmCache {
     }
 }
 
+/// Most image URLs fetched at once, over all requests: with [`MAX_IMAGE_BYTES`] each, at most
+/// 8 × 20 MiB of fetched bodies are held at a time (a fetched image is dropped once its header
+/// is read).
+pub const MAX_CONCURRENT_FETCHES: usize = 8;
+
 /// Loading images and the processor cache, shared by the handlers.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MediaState {
     http: Mutex<Option<reqwest::Client>>,
     cache: Mutex<MmCache>,
+    fetches: tokio::sync::Semaphore,
+}
+
+impl Default for MediaState {
+    fn default() -> Self {
+        Self {
+            http: Mutex::default(),
+            cache: Mutex::default(),
+            fetches: tokio::sync::Semaphore::new(MAX_CONCURRENT_FETCHES),
+        }
+    }
 }
 
 /// One loaded image of a prompt.
@@ -328,6 +344,7 @@ impl MediaState {
     async fn fetch(&self, url: &str) -> Result<Vec<u8>, String> {
         let client = self.client()?;
         let get = async {
+            let _permit = self.fetches.acquire().await.map_err(|e| format!("cannot fetch the image: {e}"))?;
             let mut r = client.get(url).send().await.map_err(|e| format!("cannot fetch the image: {e}"))?;
             if !r.status().is_success() {
                 return Err(format!("fetching the image returned HTTP {}", r.status()));
@@ -353,7 +370,7 @@ impl MediaState {
     /// Loads one image URL (`data:` or `http(s)://`) and reads its header and tokens.
     pub async fn load(&self, url: &str) -> Result<LoadedImage, String> {
         let url = url.trim();
-        let bytes = if url.len() >= 5 && url[..5].eq_ignore_ascii_case("data:") {
+        let bytes = if url.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("data:")) {
             data_url(url)?
         } else if url.starts_with("http://") || url.starts_with("https://") {
             self.fetch(url).await?
@@ -462,6 +479,15 @@ mod tests {
         assert!(data_url("data:image/png;base64,@@@").unwrap_err().contains("base64"));
         assert!(data_url("data:text/plain;base64,aGk=").unwrap_err().contains("not an image"));
         assert!(data_url("data:image/png,raw").unwrap_err().contains("base64"));
+    }
+
+    #[tokio::test]
+    async fn a_url_with_a_multibyte_character_early_is_refused_not_a_panic() {
+        let m = MediaState::new();
+        for url in ["abcd€xyz", "€", "data€:", "ht€p://x"] {
+            let e = m.load(url).await.unwrap_err();
+            assert!(e.contains("neither a data: URL nor http(s)"), "{url}: {e}");
+        }
     }
 
     #[test]

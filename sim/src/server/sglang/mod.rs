@@ -155,9 +155,29 @@ pub async fn http_metrics(State(st): State<Arc<AppState>>, req: Request, next: N
     };
     let method = req.method().as_str().to_string();
     m.lock().http_started(&endpoint, &method);
+    let mut guard = Active { m, endpoint, method, open: true };
     let r = next.run(req).await;
-    m.lock().http_finished(&endpoint, &method, r.status().as_u16());
+    guard.open = false;
+    guard.m.lock().http_finished(&guard.endpoint, &guard.method, r.status().as_u16());
     r
+}
+
+/// One request in `sglang:http_requests_active`: a client that goes away before the response
+/// drops the handler, and the drop takes it out of the gauge (no response is counted, as
+/// SGLang's `finally` after a cancelled `call_next` counts none).
+struct Active {
+    m: Arc<parking_lot::Mutex<SglangMetrics>>,
+    endpoint: String,
+    method: String,
+    open: bool,
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        if self.open {
+            self.m.lock().http_abandoned(&self.endpoint, &self.method);
+        }
+    }
 }
 
 #[cfg(test)]

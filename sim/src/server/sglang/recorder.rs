@@ -352,11 +352,15 @@ impl SglangMetrics {
 
     /// The HTTP middleware saw its response.
     pub fn http_finished(&mut self, endpoint: &str, method: &str, status: u16) {
-        let key = (endpoint.to_string(), method.to_string());
-        if let Some(a) = self.http_active.get_mut(&key) {
-            *a -= 1;
+        self.http_abandoned(endpoint, method);
+        *self.http_responses.entry((endpoint.to_string(), method.to_string(), status.to_string())).or_insert(0) += 1;
+    }
+
+    /// A request left the handler without a response (its client went away).
+    pub fn http_abandoned(&mut self, endpoint: &str, method: &str) {
+        if let Some(a) = self.http_active.get_mut(&(endpoint.to_string(), method.to_string())) {
+            *a = a.saturating_sub(1);
         }
-        *self.http_responses.entry((key.0, key.1, status.to_string())).or_insert(0) += 1;
     }
 
     /// A counter's value by family name (tokens and requests summed over `is_streaming`).

@@ -43,7 +43,7 @@ use crate::server::prompt::{BOS_TOKENS, choice_key, count_tokens, prepare_text};
 use crate::server::telemetry::{SpanMeta, TraceParent};
 
 /// `--max-concurrent-requests` default of TGI's launcher.
-pub const MAX_CONCURRENT_REQUESTS: usize = 128;
+pub const MAX_CONCURRENT_REQUESTS: u32 = 128;
 /// `--max-best-of` default.
 pub const MAX_BEST_OF: usize = 2;
 /// `--max-stop-sequences` default.
@@ -1338,7 +1338,7 @@ mod tests {
         assert_eq!(TgiError::Overloaded.body().error, "Model is overloaded");
     }
 
-    async fn server(max_concurrent_requests: usize) -> SimServer {
+    async fn server(max_concurrent_requests: u32) -> SimServer {
         // reqwest is built without a default TLS provider; an error means one is installed
         let _ = rustls::crypto::ring::default_provider().install_default();
         let args = SimArgs {
@@ -1495,6 +1495,11 @@ mod tests {
             post(url("/tokenize"), &json!({"inputs": "Hello world"})).await.text().await.unwrap().parse().unwrap();
         assert_eq!(t[1], json!({"id": t[1]["id"], "text": "Hello", "start": 0, "stop": 5}));
         assert_eq!(t.as_array().unwrap().len(), 3);
+        // Ids: numbers, one per piece, the same piece the same id in another request.
+        let again: Value =
+            post(url("/tokenize"), &json!({"inputs": "Hello"})).await.text().await.unwrap().parse().unwrap();
+        assert!(t[1]["id"].as_u64().is_some() && t[1]["id"] == again[1]["id"], "{t} {again}");
+        assert_ne!(t[1]["id"], t[2]["id"], "{t}");
         s.shutdown().await;
     }
 }
