@@ -2,6 +2,7 @@
 
 pub mod arrow;
 pub mod auth;
+pub mod civil;
 pub mod component;
 pub mod config;
 pub mod consumer;

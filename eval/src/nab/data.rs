@@ -150,21 +150,10 @@ pub fn parse_timestamp(s: &str) -> Result<u64, String> {
         return Err(err());
     }
     let frac_ns = if frac.is_empty() { 0 } else { num(frac)? * 10u64.pow(9 - frac.len() as u32) };
-    let days = days_from_civil(y as i64, mo as i64, da as i64);
+    let days = inferwatch_core::civil::days_from_civil(y as i64, mo as u32, da as u32);
     let days = u64::try_from(days).map_err(|_| err())?;
     let secs = days * 86_400 + h * 3600 + mi * 60 + se;
     secs.checked_mul(NS_PER_S).and_then(|n| n.checked_add(frac_ns)).ok_or_else(err)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

@@ -252,20 +252,9 @@ fn parse_datetime(s: &str) -> Option<f64> {
         }
         _ => return None,
     };
-    let days = days_from_civil(y, mo, d);
+    let days = inferwatch_core::civil::days_from_civil(y, mo as u32, d as u32);
     let secs = days * 86_400 + h * 3600 + mi * 60 + se - offset;
     Some(secs as f64 + frac)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 fn tokens(v: &str, what: &str) -> Result<u32, String> {

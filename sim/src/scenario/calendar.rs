@@ -1,15 +1,6 @@
 //! Civil-time helpers: RFC 3339 UTC timestamps to Unix nanoseconds and back, weekdays.
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (i64::from(m) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+use inferwatch_core::civil::days_from_civil;
 
 /// (year, month, day) of a day count since 1970-01-01.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
