@@ -4,7 +4,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use inferwatch::components::registry;
 use inferwatch_eval::scenario::{self, ScenarioRun};
-use inferwatch_eval::{chart, report};
+use inferwatch_eval::{chart, report, series};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -35,9 +35,22 @@ pub struct EvalArgs {
     /// Score the Numenta Anomaly Benchmark in DIR (with data/ and labels/) instead.
     #[arg(long, value_name = "DIR")]
     pub nab: Option<PathBuf>,
-    /// Detector for --nab.
+    /// Detector for --nab and --series.
     #[arg(long, default_value = "zscore_skew")]
     pub detector: String,
+    /// Score labelled series in DIR (NAB's layout: data/**.csv + labels/combined_windows.json,
+    /// optional labels/truth.json): the trade-off curve of false alarms against delay and lead.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["nab", "scenarios"])]
+    pub series: Option<PathBuf>,
+    /// Write a held-out family of series into DIR (with --family and --seed) and exit.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["nab", "scenarios", "series"])]
+    pub generate: Option<PathBuf>,
+    /// Family for --generate: a (tuning) or b (held-out).
+    #[arg(long, default_value = "a")]
+    pub family: String,
+    /// Seed for --generate.
+    #[arg(long, default_value_t = 17)]
+    pub seed: u64,
 }
 
 /// `inferwatch eval`.
@@ -52,8 +65,14 @@ pub fn run(args: EvalArgs) -> ExitCode {
     if let Some(dir) = &args.nab {
         return rt.block_on(nab(dir, &args));
     }
+    if let Some(dir) = &args.generate {
+        return generate(dir, &args);
+    }
+    if let Some(dir) = &args.series {
+        return rt.block_on(series(dir, &args));
+    }
     let Some(dir) = &args.scenarios else {
-        eprintln!("error: give --scenarios DIR (e.g. scenarios/) or --nab DIR");
+        eprintln!("error: give --scenarios DIR (e.g. scenarios/), --nab DIR, --series DIR or --generate DIR");
         return ExitCode::from(EXIT_USAGE);
     };
     rt.block_on(scenarios(dir, &args))
@@ -139,13 +158,70 @@ async fn scenarios(dir: &Path, args: &EvalArgs) -> ExitCode {
     if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
-async fn nab(dir: &Path, args: &EvalArgs) -> ExitCode {
+fn generate(dir: &Path, args: &EvalArgs) -> ExitCode {
+    let Some(family) = series::families::Family::parse(&args.family) else {
+        eprintln!("error: --family must be a or b, got {:?}", args.family);
+        return ExitCode::from(EXIT_USAGE);
+    };
+    match series::families::generate(dir, family, args.seed) {
+        Ok(g) => {
+            println!(
+                "family {} (seed {}): {} files, {} rows in {}",
+                args.family,
+                args.seed,
+                g.files,
+                g.rows,
+                dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn series(dir: &Path, args: &EvalArgs) -> ExitCode {
+    let bar = files_bar(&args.detector);
+    let progress = |done: usize, total: usize| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    };
+    let result = series::run_series(dir, &args.detector, args.config.as_deref(), registry(), &progress).await;
+    bar.finish_and_clear();
+    match result {
+        Ok(report) => {
+            print!("{}", report.table());
+            if let Some(p) = &args.json {
+                let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+                if let Err(e) = std::fs::write(p, text) {
+                    eprintln!("error: {}: {e}", p.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A progress bar over files, labelled with the detector.
+fn files_bar(detector: &str) -> ProgressBar {
     let bar = ProgressBar::new(0);
     if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed_precise} [{wide_bar}] {pos}/{len} files {msg}")
     {
         bar.set_style(style.progress_chars("=> "));
     }
-    bar.set_message(args.detector.clone());
+    bar.set_message(detector.to_string());
+    bar
+}
+
+async fn nab(dir: &Path, args: &EvalArgs) -> ExitCode {
+    let bar = files_bar(&args.detector);
     let progress = |done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);

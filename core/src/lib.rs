@@ -14,6 +14,7 @@ pub mod kube;
 pub mod pdata;
 pub mod queue;
 pub mod registry;
+pub mod rng;
 pub mod server;
 pub mod settings;
 pub mod state;

@@ -1,5 +1,6 @@
-//! `inferwatch eval`: runs the scenario library and the Numenta Anomaly Benchmark through
-//! detector pipelines on simulated time and scores them.
+//! `inferwatch eval`: runs the scenario library, the Numenta Anomaly Benchmark and labelled series
+//! (a user's, or the held-out families it generates) through detector pipelines on simulated time
+//! and scores them.
 
 pub mod error;
 pub mod harness;
@@ -10,3 +11,4 @@ pub use harness::{Captured, Harness, Point, Record};
 pub mod chart;
 pub mod report;
 pub mod scenario;
+pub mod series;

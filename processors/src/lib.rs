@@ -1,5 +1,5 @@
 //! inferwatch processors and connectors. Processors: `batch`, `memory_limiter`, `window_stats`,
-//! the detectors `trend_forecast`, `zscore_skew`, `ewma_chart`, `delta_ab`, `kv_pressure`,
+//! the detectors `trend_forecast`, `zscore_skew`, `ewma_chart`, `cusum`, `delta_ab`, `kv_pressure`,
 //! `coupled_model` and `peer_outlier`,
 //! `gpu_enrich`, `slo`, `filter`, `resource`, `attributes`, `resourcedetection` and
 //! `k8sattributes`; connectors: `alerts`, `forward` and `llm_signals` (see [`register`]).
@@ -10,6 +10,7 @@ pub mod attraction;
 pub mod attributes;
 pub mod batch;
 pub mod coupled_model;
+pub mod cusum;
 pub mod delta_ab;
 pub mod detect;
 pub mod ewma_chart;
@@ -39,6 +40,7 @@ pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(trend_forecast::TrendForecastFactory));
     reg.add_processor(Arc::new(zscore_skew::ZscoreSkewFactory));
     reg.add_processor(Arc::new(ewma_chart::EwmaChartFactory));
+    reg.add_processor(Arc::new(cusum::CusumFactory));
     reg.add_processor(Arc::new(delta_ab::DeltaAbFactory));
     reg.add_processor(Arc::new(peer_outlier::PeerOutlierFactory));
     reg.add_processor(Arc::new(kv_pressure::KvPressureFactory));

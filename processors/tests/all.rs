@@ -2,6 +2,7 @@
 mod ab_scenario;
 mod alerts;
 mod coupled_model;
+mod cusum;
 mod delta_ab;
 mod ewma_chart;
 mod filter;

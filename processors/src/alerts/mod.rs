@@ -135,12 +135,15 @@ pub const BUILTINS: &[Builtin] = &[
     Builtin { detector: "slo_burn", for_s: 0, stale_after_s: None },
     // Confirmed over its own `for_windows` consecutive windows.
     Builtin { detector: "peer_outlier", for_s: 0, stale_after_s: None },
+    // Its decision interval already accumulates the evidence (a 90-s burst is one or two points).
+    Builtin { detector: "cusum", for_s: 0, stale_after_s: None },
 ];
 
 /// The detectors that emit `llm.anomaly.level` in this build (a `per_detector` key naming another
 /// is only warned about: an external detector may use it).
 pub const KNOWN_DETECTORS: &[&str] = &[
     "zscore_skew",
+    "cusum",
     "kv_pressure",
     "trend_forecast",
     "delta_ab",
