@@ -56,24 +56,40 @@ fn only_fire_transitions_count_and_are_sorted() {
     );
 }
 
+/// A trend_forecast alert whose evidence forecasts the breach.
+fn forecast(t: u64) -> Record {
+    let mut r = alert(t, "fire", "warning", "trend_forecast");
+    r.attrs.insert("evidence.breach_eta".to_string(), "864000".to_string());
+    r
+}
+
 #[test]
-fn drift_lead_is_breach_minus_first_alert_after_onset() {
+fn drift_lead_is_breach_minus_first_forecasting_alert_after_onset() {
     let t = drift(3, 25);
     assert_eq!(t.kind(), Kind::Drift);
-    // A warning on day 1 is a false alarm; the first alert after onset is on day 9: lead 16 d.
-    let recs = vec![alert(DAY, "fire", "warning", "zscore_skew"), alert(9 * DAY, "fire", "warning", "trend_forecast")];
+    // A warning on day 1 is a false alarm; a spike alert on day 4 detects the drift but forecasts
+    // nothing; the first forecasting alert after onset is on day 9: lead 16 d.
+    let recs = vec![
+        alert(DAY, "fire", "warning", "zscore_skew"),
+        alert(4 * DAY, "fire", "warning", "zscore_skew"),
+        forecast(9 * DAY),
+    ];
     let o = score(&t, &firings(&recs));
     assert_eq!(o.false_alarms, 1);
     assert_eq!(o.false_warnings, 1);
     assert_eq!(o.lead_s, Some(16.0 * 86_400.0));
-    assert_eq!(o.delay_s, Some(6.0 * 86_400.0));
+    assert_eq!(o.delay_s, Some(86_400.0));
     assert!(o.pass, "{o:?}");
+    // Without the forecast the spike alone warns of nothing.
+    let o = score(&t, &firings(&recs[..2]));
+    assert_eq!((o.detected, o.lead_s), (Some(true), None));
+    assert!(!o.pass);
     // Day 12 instead: 13 days of lead, short of 14.
-    let o = score(&t, &firings(&[alert(12 * DAY, "fire", "warning", "trend_forecast")]));
+    let o = score(&t, &firings(&[forecast(12 * DAY)]));
     assert_eq!(o.lead_s, Some(13.0 * 86_400.0));
     assert!(!o.pass);
     // A breach 10 days after onset only needs a warning before it.
-    let o = score(&drift(3, 13), &firings(&[alert(12 * DAY, "fire", "warning", "trend_forecast")]));
+    let o = score(&drift(3, 13), &firings(&[forecast(12 * DAY)]));
     assert!(o.pass && o.target.contains("before the breach"), "{o:?}");
 }
 

@@ -5,6 +5,7 @@
 //! `k8sattributes`; connectors: `alerts`, `forward` and `llm_signals` (see [`register`]).
 
 pub mod alerts;
+pub mod anomaly_ensemble;
 // issue 14 pod identity: attribute actions and the resource / attributes / resourcedetection processors
 pub mod attraction;
 pub mod attributes;
@@ -40,6 +41,7 @@ pub fn register(reg: &mut Registry) {
     reg.add_processor(Arc::new(trend_forecast::TrendForecastFactory));
     reg.add_processor(Arc::new(zscore_skew::ZscoreSkewFactory));
     reg.add_processor(Arc::new(ewma_chart::EwmaChartFactory));
+    reg.add_processor(Arc::new(anomaly_ensemble::AnomalyEnsembleFactory));
     reg.add_processor(Arc::new(cusum::CusumFactory));
     reg.add_processor(Arc::new(delta_ab::DeltaAbFactory));
     reg.add_processor(Arc::new(peer_outlier::PeerOutlierFactory));

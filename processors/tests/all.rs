@@ -1,6 +1,7 @@
 //! Every integration test of this crate in one test binary (one link instead of one per file).
 mod ab_scenario;
 mod alerts;
+mod anomaly_ensemble;
 mod coupled_model;
 mod cusum;
 mod delta_ab;
@@ -9,6 +10,7 @@ mod filter;
 mod gpu_enrich;
 mod kv_pressure;
 mod llm_signals;
+mod llm_signals_buckets;
 mod llm_signals_fixtures;
 mod llm_signals_servers;
 mod peer_outlier;

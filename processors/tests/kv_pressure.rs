@@ -406,8 +406,12 @@ fn kv_pressure_cold_prefix_cache_is_not_flagged_during_the_warm_up() {
     // (A window's points before its hit-rate point still see the previous hit rate.)
     let dropped: Vec<Out> =
         windows(&mut h, 720, 780, 0.3).into_iter().filter(|o| o.attrs["kv_pressure.hit_rate"] == "0.3").collect();
-    assert!(dropped.len() >= 8 && dropped.iter().all(|o| o.level == 0.6), "{:?}", dropped[0]);
+    assert!(dropped.len() >= 8, "{dropped:?}");
     assert!(dropped.iter().all(|o| o.attrs["kv_pressure.flags"] == "hit_rate_low"));
+    // The warning goes on the hit rate's own output; usage and queue (conditions not met) read 0.
+    let want = |o: &Out| if o.metric == "llm.prefix_cache.hit_rate" { 0.6 } else { 0.0 };
+    assert!(dropped.iter().all(|o| o.level == want(o)), "{:?}", dropped[0]);
+    assert_eq!(dropped.iter().filter(|o| o.level == 0.6).count(), 4, "one hit-rate point per window");
     assert!(!dropped[0].attrs.contains_key("kv_pressure.warmup_left_s"));
     // `warmup: 0s` flags a drop from the first point after a hit; a shorter warm-up ends earlier.
     let mut none = Harness::new(json!({"warmup": "0s"}));
@@ -416,7 +420,69 @@ fn kv_pressure_cold_prefix_cache_is_not_flagged_during_the_warm_up() {
     let mut short = Harness::new(json!({"warmup": "1m"}));
     windows(&mut short, 0, 5, 0.8);
     let out = windows(&mut short, 5, 120, 0.3);
-    assert!(out.iter().all(|o| (o.level == 0.6) == (o.time >= BASE + 60 * S)));
+    let hit = |o: &&Out| o.metric == "llm.prefix_cache.hit_rate";
+    assert!(out.iter().filter(hit).all(|o| (o.level == 0.6) == (o.time >= BASE + 60 * S)));
+    assert!(out.iter().filter(|o| !hit(o)).all(|o| o.level == 0.0), "usage and queue meet no condition");
+}
+
+/// One 1-minute window of group m as `llm_signals` emits it, in its output order: queue p99,
+/// usage, preemption rate, hit rate.
+fn scrape_window(at: u64, queue: f64, usage: f64, preemption: f64, hit: f64) -> Vec<In> {
+    vec![
+        signal("llm.queue.p99", "m", at, queue),
+        signal("llm.kv_cache.usage", "m", at, usage),
+        signal("llm.preemption.rate", "m", at, preemption),
+        signal("llm.prefix_cache.hit_rate", "m", at, hit),
+    ]
+}
+
+/// The level of each output, keyed by its input metric.
+fn levels(out: &[Out]) -> BTreeMap<String, f64> {
+    out.iter().map(|o| (o.metric.clone(), o.level)).collect()
+}
+
+#[test]
+fn kv_pressure_level_goes_only_on_the_inputs_whose_condition_is_met() {
+    // batch_saturation_strong, onset − 96 min: a load burst fills the 256 sequence slots and the
+    // queue p99 reads 2.45 s while the KV cache is 17 % used, nothing is preempted and the prefix
+    // cache hits. Before, all four outputs carried 0.8 and the alerts connector (one alert per
+    // (detector, metric, group)) raised four criticals for one queue condition.
+    let mut h = Harness::new(json!({}));
+    for t in (0..660).step_by(60) {
+        assert!(h.process(&scrape_window(t, 0.03, 0.15, 0.0, 0.9)).iter().all(|o| o.level == 0.0));
+    }
+    let out = h.process(&scrape_window(660, 2.45, 0.17, 0.0, 0.9));
+    assert_eq!(out.len(), 4);
+    let want: BTreeMap<String, f64> = [
+        ("llm.queue.p99", 0.8),
+        ("llm.kv_cache.usage", 0.0),
+        ("llm.preemption.rate", 0.0),
+        ("llm.prefix_cache.hit_rate", 0.0),
+    ]
+    .into_iter()
+    .map(|(m, l)| (m.to_string(), l))
+    .collect();
+    assert_eq!(levels(&out), want, "one critical, on the queue p99");
+    // Score and evidence stay the group's: every output says what the group meets.
+    assert!(out.iter().all(|o| approx(o.score, 0.3) && o.attrs["kv_pressure.flags"] == "queue_blocking"));
+    // Preemptions while usage is high: on those two inputs, not on queue and hit rate. (The usage
+    // point precedes the preemption point: it still sees no preemption, a warning.)
+    let out = h.process(&scrape_window(720, 0.03, 0.95, 0.5, 0.9));
+    let l = levels(&out);
+    assert!(approx(l["llm.kv_cache.usage"], 0.6) && approx(l["llm.preemption.rate"], 0.85), "{l:?}");
+    assert_eq!((l["llm.queue.p99"], l["llm.prefix_cache.hit_rate"]), (0.0, 0.0));
+    // Everything at once: every input takes part, all carry the group's level (the points before
+    // the hit-rate point still see the previous hit rate: three conditions, 0.9).
+    let l = levels(&h.process(&scrape_window(780, 2.0, 0.95, 0.5, 0.3)));
+    assert!(l.values().all(|&v| v >= 0.9 - 1e-12) && approx(l["llm.prefix_cache.hit_rate"], 0.95), "{l:?}");
+    // With a fixed output metric the group is one alert: every output carries the group's level.
+    let mut fixed = Harness::new(json!({"output_metric": "llm.kv_cache.pressure"}));
+    for t in (0..660).step_by(60) {
+        fixed.process(&scrape_window(t, 0.03, 0.15, 0.0, 0.9));
+    }
+    let out = fixed.process(&scrape_window(660, 2.45, 0.17, 0.0, 0.9));
+    assert_eq!(out.len(), 4);
+    assert!(out.iter().all(|o| o.metric == "llm.kv_cache.pressure" && o.level == 0.8), "{out:?}");
 }
 
 #[test]

@@ -82,7 +82,8 @@ fn gauges(reqs: &[ExportMetricsServiceRequest]) -> Out {
     let mut out = Out::new();
     for m in reqs.iter().flat_map(|r| &r.resource_metrics).flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics) {
         let Some(metric::Data::Gauge(g)) = &m.data else { continue };
-        for p in &g.data_points {
+        // The prompt-length split (one point per `llm.input_bucket`) is tested in llm_signals_buckets.rs.
+        for p in g.data_points.iter().filter(|p| p.attributes.iter().all(|kv| kv.key != "llm.input_bucket")) {
             let key = (
                 m.name.clone(),
                 attr(&p.attributes, "gen_ai.request.model"),

@@ -35,7 +35,7 @@ def test_eval_scores_a_fast_fault_a_5ms_regression_and_an_aa_pair(run_cli, tmp_p
     assert q["false_criticals"] == 0, by["queue_blocking_strong"]["alerts"]
     assert q["pass"] is True
     first = q["first_alert"]
-    assert first["detector"] in ("kv_pressure", "zscore_skew") and first["metric"].startswith("llm.")
+    assert first["detector"] in ("kv_pressure", "cusum") and first["metric"].startswith("llm.")
     aa = by["healthy_ab_control"]["outcome"]
     assert aa["kind"] == "ab" and aa["detected"] is None and aa["pass"] is True
     # The library's 5 ms TTFT-p95 regression (ground truth +5.43 ms), mirrored and fully traced:

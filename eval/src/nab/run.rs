@@ -34,7 +34,7 @@ pub const INSTANCE_ATTR: &str = "service.instance.id";
 /// Rows per payload.
 pub const CHUNK: usize = 1000;
 /// Detectors with a built-in NAB configuration.
-pub const BUILTIN: &[&str] = &["zscore_skew", "trend_forecast", "lstm_ae", "pca"];
+pub const BUILTIN: &[&str] = &["zscore_skew", "trend_forecast", "lstm_ae", "pca", "anomaly_ensemble"];
 /// Processor types of the ml crate: window detectors fed z-values, with levels at bucket ends.
 pub const WINDOWED: &[&str] = &["lstm_ae", "pca"];
 /// The univariate NAB `lstm_ae` model (relative to the repository root; card next to it).
@@ -54,6 +54,8 @@ const HOUR_NS: u64 = 3_600_000_000_000;
 /// Processors (id, settings) of the pipeline for `detector` on `file`: the built-in table.
 ///
 /// - `zscore_skew`: `{metrics: [nab.value], window: 50}`.
+/// - `anomaly_ensemble`: its defaults, with `level: {zero: 0, one: 10}` (the level is the score / 10,
+///   so the threshold sweep sees the whole score range).
 /// - `trend_forecast`: `{metric: nab.value, aggregate: max(step, 1h), history: 14d}`, threshold =
 ///   max + range of the file's probationary rows, direction above (NAB has no SLO; this is a stand-in).
 /// - `lstm_ae`, `pca`: the univariate NAB models ([`LSTM_AE_MODEL`], [`PCA_MODEL`], found by
@@ -64,6 +66,10 @@ pub fn builtin_processors(detector: &str, file: &NabFile) -> Result<Vec<(String,
         "zscore_skew" => Ok(vec![(
             detector.into(),
             json!({"metrics": [METRIC], "window": 50, "idle_timeout": IDLE, "level": {"zero": 0.0, "one": 100.0}}),
+        )]),
+        "anomaly_ensemble" => Ok(vec![(
+            detector.into(),
+            json!({"metrics": [METRIC], "idle_timeout": IDLE, "level": {"zero": 0.0, "one": 10.0}}),
         )]),
         "trend_forecast" => {
             let agg_s = file.step_ns().max(HOUR_NS) / 1_000_000_000;

@@ -306,6 +306,7 @@ mod tests {
             version: String::new(),
             verdict: String::new(),
             score: None,
+            breach_eta: None,
         }
     }
 

@@ -27,7 +27,7 @@ pub const FLEET_CONFIG: &str = include_str!("../../configs/fleet.yaml");
 /// to the `slo` processor (its burn-rate rules and its embedded trend_forecast on the SLO's signal
 /// and threshold) on llm_signals from the spans (5-minute windows over exact per-request values:
 /// `source: spans`, the default; its forecast reads both sources, `forecast_source: any`, which needs
-/// the 5-minute span windows' lateness); zscore_skew and kv_pressure on the scraped signals; for A/B
+/// the 5-minute span windows' lateness); cusum (fast faults) and kv_pressure on the scraped signals; for A/B
 /// scenarios per-request points into delta_ab; all levels into the alerts connector with its
 /// default `for` and per-detector defaults.
 pub fn default_config(truth: &GroundTruth) -> String {
@@ -46,7 +46,7 @@ pub fn default_config(truth: &GroundTruth) -> String {
     }
     s.push_str("  alerts: { warning: 0.6, critical: 0.8, log: false }\n");
     s.push_str("processors:\n");
-    s.push_str("  zscore_skew: { metrics: [llm.ttft.p95, llm.tpot.p95, llm.e2e.p95, llm.queue.p99], window: 50 }\n");
+    s.push_str("  cusum: { metrics: [llm.ttft.p95, llm.tpot.p95, llm.e2e.p95] }\n");
     s.push_str("  kv_pressure: {}\n");
     s.push_str(&format!(
         "  slo: {{ allowed_lateness: 6m, objectives: [{{ name: scenario-slo, signal: {signal}, threshold: {threshold}, target: 99%, \
@@ -63,7 +63,7 @@ pub fn default_config(truth: &GroundTruth) -> String {
     s.push_str("service:\n  pipelines:\n");
     s.push_str("    metrics/in: { receivers: [eval_feed], exporters: [llm_signals] }\n");
     s.push_str(
-        "    metrics/detect: { receivers: [llm_signals], processors: [zscore_skew, kv_pressure], exporters: [alerts] }\n",
+        "    metrics/detect: { receivers: [llm_signals], processors: [cusum, kv_pressure], exporters: [alerts] }\n",
     );
     let traces_out = if ab { "[llm_signals/spans, llm_signals/requests]" } else { "[llm_signals/spans]" };
     s.push_str(&format!("    traces/in: {{ receivers: [eval_feed], exporters: {traces_out} }}\n"));

@@ -36,6 +36,9 @@ pub struct Firing {
     /// The detector's score in the evidence (delta_ab: Δ in ms), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
+    /// The forecast breach ETA in the evidence (s), if the alert forecasts a breach.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breach_eta: Option<f64>,
 }
 
 /// Every `fire` transition among the records, in time order.
@@ -53,6 +56,7 @@ pub fn firings(records: &[Record]) -> Vec<Firing> {
             version: r.attrs.get("service.version").cloned().unwrap_or_default(),
             verdict: r.attrs.get("evidence.delta_ab.verdict").cloned().unwrap_or_default(),
             score: r.attrs.get("evidence.score").and_then(|v| v.parse().ok()),
+            breach_eta: r.attrs.get("evidence.breach_eta").and_then(|v| v.parse().ok()),
         })
         .collect();
     out.sort_by(|a, b| a.time_ns.cmp(&b.time_ns).then_with(|| a.detector.cmp(&b.detector)));
@@ -78,7 +82,9 @@ pub struct Outcome {
     pub first_alert: Option<Firing>,
     /// First alert minus onset, seconds.
     pub delay_s: Option<f64>,
-    /// Breach minus first alert, seconds (positive: warned before the breach).
+    /// Breach minus the first alert whose evidence forecasts the breach (`evidence.breach_eta`),
+    /// seconds (positive: warned before the breach). A spike detector's alert during a drift
+    /// detects it but does not warn of the breach.
     pub lead_s: Option<f64>,
     /// Alerts fired when nothing was wrong (before the onset, or anywhere in a healthy run).
     pub false_alarms: usize,
@@ -141,7 +147,8 @@ pub fn score(truth: &GroundTruth, alerts: &[Firing]) -> Outcome {
     }
     let delay_s = onset.zip(after.first()).map(|(o, a)| (a.time_ns as f64 - o as f64) / 1e9);
     let breach = truth.first_breach_unix_nano;
-    let lead_s = breach.zip(after.first()).map(|(b, a)| (b as f64 - a.time_ns as f64) / 1e9);
+    let forecast = after.iter().find(|a| a.breach_eta.is_some());
+    let lead_s = breach.zip(forecast).map(|(b, a)| (b as f64 - a.time_ns as f64) / 1e9);
     let detected = onset.map(|_| !after.is_empty());
     let allowed_warnings = ((truth.days() / 30.0).floor() as usize).max(1);
     let quiet = false_criticals == 0 && false_warnings <= allowed_warnings;

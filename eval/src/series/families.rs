@@ -151,9 +151,10 @@ impl Shape {
         self.gaps.iter().any(|&(a, b)| (a..b).contains(&i))
     }
 
-    /// The largest noiseless value over the first `days`.
+    /// The largest hourly mean of the noiseless values over the first `days` (the breach rule's
+    /// 60-minute mean).
     fn peak(&self, days: u64) -> f64 {
-        (0..days * DAY_MIN).step_by(15).map(|i| self.level(i)).fold(0.0, f64::max)
+        (0..days * 24).map(|h| (0..60).map(|m| self.level(h * 60 + m)).sum::<f64>() / 60.0).fold(0.0, f64::max)
     }
 }
 
@@ -232,7 +233,7 @@ fn drift(fam: Family, rng: &mut SplitMix64, n: usize) -> Series {
     let kind = DRIFT[n % DRIFT.len()];
     let onset_day = 14;
     let span_days = 21 + rng.below(15);
-    let days = onset_day + span_days + 3;
+    let days = onset_day + span_days + 5;
     let mut shape = Shape::draw(fam, rng, days);
     // Deploys only before the onset (the masked shape adds its own step down).
     shape.deploys.retain(|&(at, _)| at < onset_day * DAY_MIN);

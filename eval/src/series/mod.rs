@@ -157,6 +157,10 @@ pub fn episodes(points: &[(u64, f64)], warning: f64, for_ns: u64) -> Vec<Episode
     let (mut pending, mut firing, mut quiet) = (None::<u64>, false, None::<u64>);
     for &(t, l) in points {
         if l >= warning {
+            // A quiet run that lasted resolve_after up to this point ended the episode before it.
+            if firing && quiet.is_some_and(|q| t - q >= RESOLVE_NS) {
+                firing = false;
+            }
             quiet = None;
             if firing {
                 if l >= CRITICAL
@@ -219,12 +223,25 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
 }
 
-/// The curve point at `threshold` over files given as (rows' first and last time, truths, level points).
-pub fn curve_point(threshold: f64, for_ns: u64, files: &[(u64, u64, &[SeriesTruth], &[(u64, f64)])]) -> CurvePoint {
+/// One file's run: its rows' first and last times, its truth and its level points (time order).
+#[derive(Debug, Clone, Copy)]
+pub struct FileLevels<'a> {
+    /// First row's time.
+    pub first_ns: u64,
+    /// Last row's time.
+    pub last_ns: u64,
+    /// Its truth.
+    pub truth: &'a [SeriesTruth],
+    /// `(time, level)` points.
+    pub levels: &'a [(u64, f64)],
+}
+
+/// The curve point at `threshold` over `files`.
+pub fn curve_point(threshold: f64, for_ns: u64, files: &[FileLevels<'_>]) -> CurvePoint {
     let (mut quiet_ns, mut fa, mut crit, mut worst) = (0u64, 0usize, 0usize, 0.0f64);
     let (mut fast, mut fast_caught, mut delays) = (0, 0, Vec::new());
     let (mut drifts, mut warned, mut leads) = (0, 0, Vec::new());
-    for &(first, last, truth, points) in files {
+    for &FileLevels { first_ns: first, last_ns: last, truth, levels: points } in files {
         let eps = episodes(points, threshold, for_ns);
         // Unlabelled time: before the first onset (the whole file when healthy).
         let quiet_end = truth.iter().filter_map(|t| t.onset_ns).min().unwrap_or(last);
@@ -280,6 +297,23 @@ pub fn curve_point(threshold: f64, for_ns: u64, files: &[(u64, u64, &[SeriesTrut
     }
 }
 
+/// One file at the alerts' default warning (0.6).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FileScore {
+    /// The file.
+    pub file: String,
+    /// Its truth's shape(s).
+    pub shape: String,
+    /// Episodes before the first onset (the whole file when healthy).
+    pub false_alarms: usize,
+    /// ... of which critical.
+    pub false_criticals: usize,
+    /// When the first 10 false alarms fired (ns), to look them up.
+    pub false_alarm_times: Vec<u64>,
+    /// First episode after the first onset minus the onset, seconds.
+    pub delay_s: Option<f64>,
+}
+
 /// The result of `--series`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SeriesReport {
@@ -293,6 +327,8 @@ pub struct SeriesReport {
     pub for_s: u64,
     /// The trade-off curve, one point per [`THRESHOLDS`] entry.
     pub curve: Vec<CurvePoint>,
+    /// Per file at warning 0.6.
+    pub per_file: Vec<FileScore>,
     /// NAB's normalised standard score of the same run.
     pub nab_standard: f64,
     /// Seconds the run took.
@@ -330,6 +366,13 @@ impl SeriesReport {
                 opt(c.median_lead_d, "d"),
             );
         }
+        let noisy: Vec<&FileScore> = self.per_file.iter().filter(|f| f.false_alarms > 0).collect();
+        if !noisy.is_empty() {
+            let _ = writeln!(s, "\nFiles with false alarms at warning 0.6:");
+            for f in noisy {
+                let _ = writeln!(s, "  {}: {} ({} critical)", f.file, f.false_alarms, f.false_criticals);
+            }
+        }
         s
     }
 }
@@ -366,17 +409,37 @@ pub async fn run_series(
         levels.push(points.iter().map(|p| (p.time_ns, p.value.clamp(0.0, 1.0))).collect());
         progress(i + 1, corpus.files.len());
     }
-    let files: Vec<(u64, u64, &[SeriesTruth], &[(u64, f64)])> = corpus
+    let files: Vec<FileLevels<'_>> = corpus
         .files
         .iter()
         .zip(&levels)
-        .map(|(f, l)| {
-            let first = f.timestamps.first().copied().unwrap_or(0);
-            let last = f.timestamps.last().copied().unwrap_or(0);
-            (first, last, truth.get(&f.name).map(Vec::as_slice).unwrap_or_default(), l.as_slice())
+        .map(|(f, l)| FileLevels {
+            first_ns: f.timestamps.first().copied().unwrap_or(0),
+            last_ns: f.timestamps.last().copied().unwrap_or(0),
+            truth: truth.get(&f.name).map(Vec::as_slice).unwrap_or_default(),
+            levels: l.as_slice(),
         })
         .collect();
     let curve = THRESHOLDS.iter().map(|&th| curve_point(th, for_ns, &files)).collect();
+    let per_file = corpus
+        .files
+        .iter()
+        .zip(&files)
+        .map(|(f, &FileLevels { last_ns: last, truth, levels: points, .. })| {
+            let eps = episodes(points, 0.6, for_ns);
+            let onset = truth.iter().filter_map(|t| t.onset_ns).min();
+            let quiet_end = onset.unwrap_or(last);
+            let false_eps: Vec<&Episode> = eps.iter().filter(|e| e.fire_ns < quiet_end).collect();
+            FileScore {
+                file: f.name.clone(),
+                shape: truth.iter().map(|t| t.shape.as_str()).collect::<Vec<_>>().join(","),
+                false_alarms: false_eps.len(),
+                false_criticals: false_eps.iter().filter(|e| e.critical).count(),
+                false_alarm_times: false_eps.iter().take(10).map(|e| e.fire_ns).collect(),
+                delay_s: onset.and_then(|o| eps.iter().find(|e| e.fire_ns >= o).map(|e| (e.fire_ns - o) as f64 / 1e9)),
+            }
+        })
+        .collect();
     let profiles = crate::nab::score_runs(detector, &corpus, &rows_scores)?;
     Ok(SeriesReport {
         detector: detector.to_string(),
@@ -384,6 +447,7 @@ pub async fn run_series(
         rows: corpus.rows(),
         for_s: for_ns / 1_000_000_000,
         curve,
+        per_file,
         nab_standard: profiles.first().map_or(f64::NAN, |p| p.normalized),
         elapsed_s: started.elapsed().as_secs_f64(),
     })
@@ -445,8 +509,11 @@ mod tests {
         let f: Vec<(u64, f64)> = vec![(0, 0.0), (10 * day + 3 * M, 0.65), (10 * day + 4 * M, 0.0), (11 * day, 0.0)];
         // Drift: 0.75 on day 12 (18 days before the breach).
         let d: Vec<(u64, f64)> = vec![(0, 0.0), (12 * day, 0.75), (12 * day + 10 * M, 0.0), (31 * day, 0.0)];
-        let files: Vec<(u64, u64, &[SeriesTruth], &[(u64, f64)])> =
-            vec![(0, 30 * day, &healthy, &h), (0, 11 * day, &fast, &f), (0, 31 * day, &drift, &d)];
+        let files = [
+            FileLevels { first_ns: 0, last_ns: 30 * day, truth: &healthy, levels: &h },
+            FileLevels { first_ns: 0, last_ns: 11 * day, truth: &fast, levels: &f },
+            FileLevels { first_ns: 0, last_ns: 31 * day, truth: &drift, levels: &d },
+        ];
         let at = |th| curve_point(th, 0, &files);
         // Quiet time: 30 + 10 + 5 = 45 days; 2 false episodes → 1.33 per 30 days, 1 critical.
         let c = at(0.6);

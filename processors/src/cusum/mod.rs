@@ -18,9 +18,7 @@ use crate::detect::limits::{self, Limits, SeriesLimits, with_series_limits};
 use crate::detect::point::{self, PointConfig, PointDetector, Scored};
 use crate::detect::series::RestoreError;
 use crate::detect::{kv_f64, kv_str};
-use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory};
-use inferwatch_core::component::{ComponentError, CreateContext, FieldError, Parsed};
-use inferwatch_core::pdata::Signal;
+use inferwatch_core::component::FieldError;
 use inferwatch_core::settings::GoDuration;
 use model::{Direction, Model, Params};
 use serde::Deserialize;
@@ -33,6 +31,8 @@ pub const DETECTOR: &str = "cusum";
 pub const WARNING_LEVEL: f64 = 0.6;
 /// Level at the critical decision interval (the alerts connector's default critical).
 pub const CRITICAL_LEVEL: f64 = 0.8;
+/// The highest level of a point whose change is below `min_ratio` (just under critical).
+pub const BELOW_CRITICAL: f64 = 0.79;
 /// Seconds in 30 days.
 const MONTH_S: f64 = 30.0 * 86_400.0;
 
@@ -96,6 +96,9 @@ pub struct CusumConfig {
     pub min_std: f64,
     /// Points before scoring starts (default 30).
     pub warmup: u64,
+    /// Consecutive points needed to reach the warning level from zero (default 2: a lone outlier
+    /// of a heavy-tailed series does not alarm; 1 lets one point alarm).
+    pub confirm_points: u32,
     /// `max_series` (default 10000) and `idle_timeout` (default 1h), top-level keys.
     #[serde(skip)]
     pub limits: SeriesLimits,
@@ -120,6 +123,7 @@ impl Default for CusumConfig {
             clip: 3.0,
             min_std: 0.01,
             warmup: 30,
+            confirm_points: 2,
             limits: SeriesLimits {
                 max_series: 10_000,
                 idle_timeout: GoDuration(Duration::from_secs(3600)),
@@ -144,7 +148,7 @@ impl PointConfig for CusumConfig {
             return Err(FieldError::at("metrics", "must name at least one metric, none empty"));
         }
         let interval = self.interval.0.as_secs_f64();
-        if !(interval > 0.0) || interval > 86_400.0 {
+        if interval <= 0.0 || interval > 86_400.0 {
             return Err(FieldError::at("interval", "must be in (0s, 24h]"));
         }
         let positive = |key: &str, v: f64| -> Result<(), FieldError> {
@@ -169,6 +173,9 @@ impl PointConfig for CusumConfig {
         }
         if !(self.min_std.is_finite() && self.min_std > 0.0) {
             return Err(FieldError::at("min_std", format!("must be a finite number > 0, got {}", self.min_std)));
+        }
+        if self.confirm_points == 0 {
+            return Err(FieldError::at("confirm_points", "must be at least 1"));
         }
         if self.warmup < 2 {
             return Err(FieldError::at("warmup", format!("must be at least 2 points, got {}", self.warmup)));
@@ -209,6 +216,7 @@ impl PointConfig for CusumConfig {
             clip: self.clip,
             min_std: self.min_std,
             warmup: self.warmup,
+            confirm_points: self.confirm_points,
         };
         Ok((Checked { metrics: self.metrics.iter().cloned().collect(), params }, limits))
     }
@@ -281,10 +289,18 @@ impl PointDetector for Checked {
             kv_f64("cusum.h_critical", s.h_critical),
             kv_str("cusum.side", if s.side > 0 { "above" } else { "below" }),
         ];
+        let mut lvl = level(s.stat, s.h_warning, s.h_critical);
         if p.log {
-            evidence.push(kv_f64("cusum.ratio", x / baseline));
+            let ratio = x / baseline;
+            evidence.push(kv_f64("cusum.ratio", ratio));
+            // Critical means certain and material: a point within min_ratio of its baseline stays
+            // below critical however long the shift has lasted.
+            let change = if s.side > 0 { ratio } else { 1.0 / ratio };
+            if p.min_ratio > 1.0 && change < p.min_ratio {
+                lvl = lvl.min(BELOW_CRITICAL);
+            }
         }
-        Some(Scored { score: s.stat, level: level(s.stat, s.h_warning, s.h_critical), evidence })
+        Some(Scored { score: s.stat, level: lvl, evidence })
     }
 
     fn series_repr(&self, m: &Model) -> Model {
@@ -300,24 +316,7 @@ impl PointDetector for Checked {
     }
 }
 
-/// Factory of `cusum`.
-pub struct CusumFactory;
-
-inferwatch_core::arrow_processor_factory!(CusumFactory, DETECTOR, &[Signal::Metrics]);
-
-impl ArrowProcessorFactory for CusumFactory {
-    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<Parsed, FieldError> {
-        point::parse::<CusumConfig>(cfg)
-    }
-    fn build_arrow(
-        &self,
-        ctx: CreateContext,
-        parsed: &Parsed,
-        signal: Signal,
-    ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        point::build::<CusumConfig>(&ctx, parsed, signal)
-    }
-}
+point::point_factory!(CusumFactory, CusumConfig, DETECTOR);
 
 #[cfg(test)]
 mod tests {

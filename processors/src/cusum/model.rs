@@ -9,6 +9,16 @@ use serde::{Deserialize, Serialize};
 pub const SIEGMUND_OVERSHOOT: f64 = 1.166;
 /// `E|Z|` of a standard normal: the mean absolute residual times `1/this` estimates σ.
 pub const MEAN_ABS_NORMAL: f64 = 0.797_884_560_802_865_4;
+/// The residuals' tail is tracked at this quantile of |z| ...
+pub const TAIL_QUANTILE: f64 = 0.99;
+/// ... whose normal value is this (z of 0.995).
+pub const TAIL_NORMAL_Z: f64 = 2.575_829_303_548_901;
+/// Relative step of the tail tracker per point (stochastic approximation of the quantile).
+pub const TAIL_RATE: f64 = 0.05;
+/// Largest tail factor.
+pub const TAIL_MAX: f64 = 10.0;
+/// Smallest decision interval, in σ (and the least gap between the warning and critical ones).
+pub const MIN_INTERVAL: f64 = 1.0;
 /// Nanoseconds in a day.
 pub const DAY_NS: u64 = 86_400_000_000_000;
 /// Nanoseconds in a week.
@@ -97,6 +107,9 @@ pub struct Params {
     pub min_std: f64,
     /// Points before scoring starts.
     pub warmup: u64,
+    /// Consecutive points needed to reach the warning interval from zero (one point's increment
+    /// is capped at `h_warning / (confirm_points − ½)`; 1: no cap).
+    pub confirm_points: u32,
 }
 
 impl Params {
@@ -120,10 +133,12 @@ impl Params {
         if self.direction == Direction::Both { 2.0 * arl } else { arl }
     }
 
-    /// Decision intervals `(warning, critical)` for reference `k`.
+    /// Decision intervals `(warning, critical)` for reference `k`: Siegmund's, at least
+    /// [`MIN_INTERVAL`] and the critical one at least [`MIN_INTERVAL`] above the warning one (for a
+    /// large `k` the formula gives 0: one point past `k` would already be rarer than the rate).
     pub fn intervals(&self, k: f64) -> (f64, f64) {
-        let w = decision_interval(self.side_arl(self.arl_warning), k);
-        let c = decision_interval(self.side_arl(self.arl_critical), k).max(w);
+        let w = decision_interval(self.side_arl(self.arl_warning), k).max(MIN_INTERVAL);
+        let c = decision_interval(self.side_arl(self.arl_critical), k).max(w + MIN_INTERVAL);
         (w, c)
     }
 }
@@ -141,6 +156,10 @@ pub struct Model {
     pub daily: Vec<f32>,
     /// Weekly profile, one value per slot of the week (empty when not learned).
     pub weekly: Vec<f32>,
+    /// Interpolation weight seen per daily profile slot.
+    pub daily_n: Vec<f32>,
+    /// Interpolation weight seen per weekly profile slot.
+    pub weekly_n: Vec<f32>,
     /// Mean absolute residual per slot of the day.
     pub slot_dev: Vec<f32>,
     /// Interpolation weight seen per slot of the day (points, fractionally).
@@ -149,6 +168,8 @@ pub struct Model {
     pub up: f64,
     /// Lower CUSUM.
     pub down: f64,
+    /// Tail factor (≥ 1): the 0.99 quantile of |r|/σ over its normal value, tracked outside alarms.
+    pub tail: f64,
 }
 
 /// A scored point's figures.
@@ -189,12 +210,18 @@ fn interp(v: &[f32], (i0, i1, w1): (usize, usize, f64)) -> f64 {
     }
 }
 
-fn nudge(v: &mut [f32], (i0, i1, w1): (usize, usize, f64), alpha: f64, r: f64) {
-    if let Some(a) = v.get_mut(i0) {
-        *a += (alpha * (1.0 - w1) * r) as f32;
-    }
-    if let Some(b) = v.get_mut(i1) {
-        *b += (alpha * w1 * r) as f32;
+/// Moves the two slots around a point towards `r` by their interpolation weights, each at
+/// `max(alpha, 1/weight seen)`: a running mean of the slot's residuals until its memory is
+/// reached (the warm start), exponential after.
+fn nudge(v: &mut [f32], seen: &mut [f32], (i0, i1, w1): (usize, usize, f64), alpha: f64, r: f64) {
+    for (i, w) in [(i0, 1.0 - w1), (i1, w1)] {
+        let (Some(x), Some(n)) = (v.get_mut(i), seen.get_mut(i)) else { continue };
+        if w <= 0.0 {
+            continue;
+        }
+        *n += w as f32;
+        let a = (w * alpha.max(1.0 / f64::from(*n))).min(1.0);
+        *x += (a * r) as f32;
     }
 }
 
@@ -205,8 +232,11 @@ impl Model {
         Model {
             daily: if p.daily { vec![0.0; d] } else { Vec::new() },
             weekly: if p.weekly { vec![0.0; 7 * d] } else { Vec::new() },
+            daily_n: if p.daily { vec![0.0; d] } else { Vec::new() },
+            weekly_n: if p.weekly { vec![0.0; 7 * d] } else { Vec::new() },
             slot_dev: vec![0.0; d],
             slot_n: vec![0.0; d],
+            tail: 1.0,
             ..Model::default()
         }
     }
@@ -216,11 +246,16 @@ impl Model {
         let d = p.day_slots();
         let sized = self.daily.len() == if p.daily { d } else { 0 }
             && self.weekly.len() == if p.weekly { 7 * d } else { 0 }
+            && self.daily_n.len() == self.daily.len()
+            && self.weekly_n.len() == self.weekly.len()
             && self.slot_dev.len() == d
             && self.slot_n.len() == d;
         let finite = [self.level, self.abs_dev, self.up, self.down].iter().all(|v| v.is_finite())
-            && self.daily.iter().chain(&self.weekly).chain(&self.slot_dev).chain(&self.slot_n).all(|v| v.is_finite());
-        sized && finite && self.abs_dev >= 0.0 && self.up >= 0.0 && self.down >= 0.0
+            && [&self.daily, &self.weekly, &self.daily_n, &self.weekly_n, &self.slot_dev, &self.slot_n]
+                .iter()
+                .all(|v| v.iter().all(|x| x.is_finite()));
+        let tail = self.tail.is_finite() && (1.0..=TAIL_MAX).contains(&self.tail);
+        sized && finite && tail && self.abs_dev >= 0.0 && self.up >= 0.0 && self.down >= 0.0
     }
 
     /// The baseline predicted at `t_ns` (scored unit).
@@ -230,8 +265,14 @@ impl Model {
         self.level + interp(&self.daily, day) + interp(&self.weekly, week)
     }
 
-    /// The residual scale σ at `t_ns`.
+    /// The residual scale σ at `t_ns`: the mean absolute residual's (per hour of the day once the
+    /// hour has history) times the tail factor.
     pub fn sigma(&self, p: &Params, t_ns: u64) -> f64 {
+        (self.core_sigma(p, t_ns) * self.tail.max(1.0)).max(p.min_std)
+    }
+
+    /// σ from the mean absolute residual alone.
+    fn core_sigma(&self, p: &Params, t_ns: u64) -> f64 {
         let day = around(t_ns, DAY_NS, p.slot_ns);
         let min = p.scale_min_points as f32;
         let young = self.slot_n.get(day.0).is_none_or(|&n| n < min) || self.slot_n.get(day.1).is_none_or(|&n| n < min);
@@ -247,6 +288,7 @@ impl Model {
             return None;
         }
         let baseline = self.baseline(p, t_ns);
+        let core = self.core_sigma(p, t_ns).max(p.min_std);
         let sigma = self.sigma(p, t_ns);
         let r = y - baseline;
         let warm = self.n >= p.warmup;
@@ -255,21 +297,29 @@ impl Model {
             let k = p.reference(sigma);
             let (h_warning, h_critical) = p.intervals(k);
             let cap = 2.0 * h_critical.max(1.0);
+            // One point moves the statistic by at most h_warning / (confirm_points − ½), so that
+            // `confirm_points` strong points in a row signal and fewer do not (Lucas & Crosier's
+            // robust CUSUM: a lone outlier does not signal).
+            let most =
+                if p.confirm_points > 1 { k + h_warning / (f64::from(p.confirm_points) - 0.5) } else { f64::INFINITY };
             if p.direction != Direction::Below {
-                self.up = page_step(self.up, z, k, cap);
+                self.up = page_step(self.up, z.min(most), k, cap);
             }
             if p.direction != Direction::Above {
-                self.down = page_step(self.down, -z, k, cap);
+                self.down = page_step(self.down, (-z).min(most), k, cap);
             }
             let (stat, side) = if self.up >= self.down { (self.up, 1) } else { (self.down, -1) };
             Step { stat, side, baseline, sigma, z, k, h_warning, h_critical }
         });
-        self.learn(p, t_ns, r, sigma);
+        // Outside alarms the scales and the tail learn; the level and the profiles always do (clipped).
+        let alarming = step.is_some_and(|s| s.stat >= s.h_warning);
+        self.learn(p, t_ns, r, sigma, core, !alarming);
         step
     }
 
-    /// Updates the level, the profiles and the scales with the residual `r` (σ before it).
-    fn learn(&mut self, p: &Params, t_ns: u64, r: f64, sigma: f64) {
+    /// Updates the level, the profiles and (with `scales`) the scales and the tail with the
+    /// residual `r` (σ before it, `core` without the tail factor).
+    fn learn(&mut self, p: &Params, t_ns: u64, r: f64, sigma: f64, core: f64, scales: bool) {
         self.n = self.n.saturating_add(1);
         let bound = p.clip * sigma;
         let rc = r.clamp(-bound, bound);
@@ -278,8 +328,15 @@ impl Model {
         self.level += p.alpha_level.max(start) * rc;
         let day = around(t_ns, DAY_NS, p.slot_ns);
         let week = around(t_ns, WEEK_NS, p.slot_ns);
-        nudge(&mut self.daily, day, p.alpha_daily, rc);
-        nudge(&mut self.weekly, week, p.alpha_weekly, rc);
+        nudge(&mut self.daily, &mut self.daily_n, day, p.alpha_daily, rc);
+        nudge(&mut self.weekly, &mut self.weekly_n, week, p.alpha_weekly, rc);
+        if !scales {
+            return;
+        }
+        // Tail: P(|r| > tail · 2.576 core) is driven to 1 − 0.99.
+        let exceeds = r.abs() > self.tail * TAIL_NORMAL_Z * core;
+        let nudge_tail = if exceeds { TAIL_QUANTILE } else { TAIL_QUANTILE - 1.0 };
+        self.tail = (self.tail * (1.0 + TAIL_RATE * nudge_tail)).clamp(1.0, TAIL_MAX);
         // Scales: mean absolute residual, the residual clipped at 2·clip σ so one outlier moves little.
         let a = r.abs().min(2.0 * bound);
         let first = self.n == 2;

@@ -90,6 +90,37 @@ where
     }))
 }
 
+/// The factory of a point detector: `point_factory!(EwmaChartFactory, EwmaChartConfig, DETECTOR)`
+/// declares the unit struct, registers it under the name for metrics and parses / builds through
+/// [`parse`] and [`build`].
+macro_rules! point_factory {
+    ($factory:ident, $config:ty, $name:expr) => {
+        #[doc = concat!("Factory of `", stringify!($factory), "`'s processor (a point detector).")]
+        pub struct $factory;
+
+        inferwatch_core::arrow_processor_factory!($factory, $name, &[inferwatch_core::pdata::Signal::Metrics]);
+
+        impl inferwatch_core::arrow::ArrowProcessorFactory for $factory {
+            fn parse_arrow(
+                &self,
+                cfg: &serde_json::Value,
+            ) -> Result<inferwatch_core::component::Parsed, inferwatch_core::component::FieldError> {
+                $crate::detect::point::parse::<$config>(cfg)
+            }
+            fn build_arrow(
+                &self,
+                ctx: inferwatch_core::component::CreateContext,
+                parsed: &inferwatch_core::component::Parsed,
+                signal: inferwatch_core::pdata::Signal,
+            ) -> Result<Box<dyn inferwatch_core::arrow::ArrowProcessor>, inferwatch_core::component::ComponentError>
+            {
+                $crate::detect::point::build::<$config>(&ctx, parsed, signal)
+            }
+        }
+    };
+}
+pub(crate) use point_factory;
+
 /// One series held: its identity and the detector's state.
 struct Held<S> {
     meta: SeriesMeta,

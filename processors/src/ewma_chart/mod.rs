@@ -14,9 +14,7 @@ use crate::detect::level::LevelConfig;
 use crate::detect::limits::{self, Limits, SeriesLimits, with_series_limits};
 use crate::detect::point::{self, PointConfig, PointDetector, Scored};
 use crate::detect::series::RestoreError;
-use inferwatch_core::arrow::{ArrowProcessor, ArrowProcessorFactory};
-use inferwatch_core::component::{ComponentError, CreateContext, FieldError, Parsed};
-use inferwatch_core::pdata::Signal;
+use inferwatch_core::component::FieldError;
 use inferwatch_core::settings::GoDuration;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -220,24 +218,7 @@ impl Ewma {
     }
 }
 
-/// Factory of `ewma_chart`.
-pub struct EwmaChartFactory;
-
-inferwatch_core::arrow_processor_factory!(EwmaChartFactory, DETECTOR, &[Signal::Metrics]);
-
-impl ArrowProcessorFactory for EwmaChartFactory {
-    fn parse_arrow(&self, cfg: &serde_json::Value) -> Result<Parsed, FieldError> {
-        point::parse::<EwmaChartConfig>(cfg)
-    }
-    fn build_arrow(
-        &self,
-        ctx: CreateContext,
-        parsed: &Parsed,
-        signal: Signal,
-    ) -> Result<Box<dyn ArrowProcessor>, ComponentError> {
-        point::build::<EwmaChartConfig>(&ctx, parsed, signal)
-    }
-}
+point::point_factory!(EwmaChartFactory, EwmaChartConfig, DETECTOR);
 
 #[cfg(test)]
 mod tests {

@@ -123,6 +123,17 @@ impl Flags {
         ]
     }
 
+    /// Whether `input` takes part in a condition met (its own condition is met).
+    pub fn involves(&self, input: Input) -> bool {
+        match input {
+            Input::Usage => self.usage_high,
+            Input::PreemptionRate => self.preempting,
+            Input::HitRate => self.hit_rate_low,
+            Input::QueueP99 => self.queue_blocking,
+            Input::Kvf => self.fragmented,
+        }
+    }
+
     /// Number of conditions met.
     pub fn count(&self) -> usize {
         self.list().iter().filter(|f| f.0).count()
@@ -183,8 +194,13 @@ mod tests {
         let two_mild = inputs([Some(0.95), None, Some(0.3), None, Some(0.6)]);
         assert_eq!(two_mild.names(), "usage_high,hit_rate_low,fragmented");
         assert!((two_mild.level() - 0.7).abs() < 1e-12, "still a warning: {}", two_mild.level());
+        let queue_only = inputs([Some(0.17), Some(0.0), Some(0.9), Some(2.4), None]);
+        let involved: Vec<bool> = Input::ALL.iter().map(|&i| queue_only.involves(i)).collect();
+        assert_eq!(involved, [false, false, false, true, false], "only the queue meets its condition");
+        assert!(Input::ALL.iter().all(|&i| both.involves(i) == matches!(i, Input::Usage | Input::PreemptionRate)));
         let all = inputs([Some(1.0), Some(2.0), Some(0.1), Some(3.0), Some(0.9)]);
         assert_eq!((all.count(), all.level()), (5, 1.0));
         assert!((all.score() - 1.0).abs() < 1e-12, "the weights sum to 1");
+        assert!(Input::ALL.iter().all(|&i| all.involves(i)));
     }
 }

@@ -5,7 +5,8 @@
 //! `llm_signals` emits them), and the fragmentation index KVF where the allocator state is known
 //! (a KVF gauge, or the free runs of the block pool). On each input point it evaluates the
 //! conditions on the group's latest fresh values and emits `llm.anomaly.score` (weighted sum of
-//! the conditions) and `llm.anomaly.level` at the point's timestamp. The low-hit-rate condition
+//! the conditions) and `llm.anomaly.level` at the point's timestamp (without `output_metric`, the
+//! group's level only on an input whose own condition is met, else 0). The low-hit-rate condition
 //! waits for a warm-up after the group's (re)start (a cold prefix cache is expected then).
 //! Semantics: docs/detectors/kv_pressure.md.
 
@@ -273,10 +274,12 @@ impl Checked {
         if self.output_metric.is_empty() { name } else { &self.output_metric }
     }
 
-    /// Score, level and evidence of group `g` at `now`, for a point of input metric `input`.
-    /// During the group's warm-up, and until its hit rate has once been at or above the threshold,
-    /// a low hit rate meets no condition (the others are unchanged).
-    fn evaluate(&self, g: &Group, now: u64, input: &str) -> (f64, f64, Vec<KeyValue>) {
+    /// Score, level and evidence of group `g` at `now`, for a point of input metric `input` (of
+    /// role `role`). During the group's warm-up, and until its hit rate has once been at or above
+    /// the threshold, a low hit rate meets no condition (the others are unchanged). Without
+    /// `output_metric` each input is its own alert, so the group's level goes only on the inputs
+    /// whose condition is met (0 on the others: one queue-blocking window is one alert, not four).
+    fn evaluate(&self, g: &Group, now: u64, input: &str, role: Input) -> (f64, f64, Vec<KeyValue>) {
         let inputs = g.fresh(now, self.stale_ns);
         let mut flags = Flags::of(&inputs, &self.thresholds);
         let warming = inputs.get(Input::HitRate).is_some() && g.warming_up(now, self.warmup_ns);
@@ -298,7 +301,8 @@ impl Checked {
         if !self.output_metric.is_empty() {
             evidence.push(kv_str("kv_pressure.input", input));
         }
-        (flags.score(), flags.level(), evidence)
+        let level = if self.output_metric.is_empty() && !flags.involves(role) { 0.0 } else { flags.level() };
+        (flags.score(), level, evidence)
     }
 }
 
@@ -383,7 +387,7 @@ impl ArrowProcessor for KvPressure {
             if input == Input::HitRate && p.value >= cfg.thresholds.hit_rate {
                 group.hit_rate_seen_high = true;
             }
-            let (score, level, evidence) = cfg.evaluate(group, p.time, p.name);
+            let (score, level, evidence) = cfg.evaluate(group, p.time, p.name, input);
             let resource = rows.resource(row)?.clone();
             let scope = rows.scope(row)?;
             let attrs = with_group(attrs, &key);
@@ -403,7 +407,7 @@ impl ArrowProcessor for KvPressure {
                 });
             }
             let input = free_runs_metric.unwrap_or_default();
-            let (score, level, evidence) = cfg.evaluate(group, time, input);
+            let (score, level, evidence) = cfg.evaluate(group, time, input, Input::Kvf);
             let metric = cfg.metric(input);
             output.score(
                 &pending.resource,

@@ -7,6 +7,7 @@
 //! clock. Names, units, inputs and the model resolution order: docs/llm-signals.md.
 
 pub mod hist;
+pub mod input;
 pub mod model;
 pub mod output;
 pub mod quality;
@@ -33,15 +34,23 @@ use std::time::Duration;
 
 /// Version of the checkpoint format written by [`LlmSignals`] (2: group keys hold identity
 /// attributes; 3: and `service.name`; 4: scrape windows hold histogram sums; 5: the detector kit's
-/// series map envelope; 6: windows hold quality signals).
-pub const STATE_VERSION: u32 = 6;
+/// series map envelope; 6: windows hold quality signals; 7: span windows hold the prompt-length
+/// buckets, the header `input_buckets`).
+pub const STATE_VERSION: u32 = 7;
 
 /// Default `identity_attributes`: the pod identity `resourcedetection` / `k8s_attributes` set.
 pub const DEFAULT_IDENTITY: [&str; 3] = ["k8s.namespace.name", "k8s.pod.name", "k8s.node.name"];
 
 /// Output point attributes an identity attribute must not replace.
-const RESERVED: [&str; 6] =
-    ["gen_ai.request.model", "service.name", "service.version", "service.instance.id", "source", "gen_ai.request.id"];
+const RESERVED: [&str; 7] = [
+    "gen_ai.request.model",
+    "service.name",
+    "service.version",
+    "service.instance.id",
+    "source",
+    "gen_ai.request.id",
+    input::INPUT_BUCKET_ATTRIBUTE,
+];
 
 /// Settings of `llm_signals`.
 #[derive(Debug, Clone, Deserialize)]
@@ -69,6 +78,11 @@ pub struct LlmSignalsConfig {
     /// Resource attributes of the input copied onto every output point and part of its group
     /// (default k8s.namespace.name, k8s.pod.name, k8s.node.name; at most 16).
     pub identity_attributes: Vec<String>,
+    /// Prompt-length bucket bounds in tokens, upper-exclusive, of the span-derived
+    /// `llm.*.by_input.*` split (default 1024, 4096, 8192; strictly increasing, > 0; empty: no split).
+    pub input_buckets: Vec<u64>,
+    /// TTFTs each of the two buckets of `llm.ttft.long_short` needs in a window (default 5; ≥ 1).
+    pub input_ratio_min_requests: u64,
 }
 
 impl Default for LlmSignalsConfig {
@@ -87,6 +101,8 @@ impl Default for LlmSignalsConfig {
             tgi_model: String::new(),
             per_request: false,
             identity_attributes: DEFAULT_IDENTITY.map(String::from).to_vec(),
+            input_buckets: input::DEFAULT_INPUT_BUCKETS.to_vec(),
+            input_ratio_min_requests: input::DEFAULT_RATIO_MIN_REQUESTS,
         }
     }
 }
@@ -100,6 +116,7 @@ struct Checked {
     lateness_ns: u64,
     rules: ModelRules,
     per_request: bool,
+    split: std::sync::Arc<input::InputSplit>,
 }
 
 impl LlmSignalsConfig {
@@ -152,6 +169,27 @@ impl LlmSignalsConfig {
                 });
             }
         }
+        for (i, b) in self.input_buckets.iter().enumerate() {
+            let problem = if *b == 0 {
+                Some("bounds must be greater than 0".to_string())
+            } else if i > 0 && *b <= self.input_buckets[i - 1] {
+                Some(format!("bounds must be strictly increasing: {b} after {}", self.input_buckets[i - 1]))
+            } else {
+                None
+            };
+            if let Some(message) = problem {
+                return Err(FieldError {
+                    path: vec![
+                        inferwatch_core::component::PathSeg::Key("input_buckets".into()),
+                        inferwatch_core::component::PathSeg::Index(i),
+                    ],
+                    message,
+                });
+            }
+        }
+        if self.input_ratio_min_requests == 0 {
+            return Err(FieldError::at("input_ratio_min_requests", "must be at least 1"));
+        }
         Ok(Checked {
             params: Params { window_ns, flush_ns, idle_ns: limits.idle_ns, max_series: limits.max_series, alpha },
             lateness_ns: limits.lateness_ns,
@@ -162,6 +200,7 @@ impl LlmSignalsConfig {
                 identity: self.identity_attributes.clone(),
             },
             per_request: self.per_request,
+            split: std::sync::Arc::new(input::InputSplit::new(&self.input_buckets, self.input_ratio_min_requests)),
         })
     }
 }
@@ -231,7 +270,12 @@ const RESOURCE_COLUMNS: [&str; 5] = [
 
 impl LlmSignals {
     fn new(cfg: Checked, signal: Signal, ctx: &CreateContext) -> Self {
-        LlmSignals { state: State::new(cfg.params), cfg, signal, kit: Adapter::new(ctx, "llm_signals") }
+        LlmSignals {
+            state: State::new(cfg.params, cfg.split.clone()),
+            cfg,
+            signal,
+            kit: Adapter::new(ctx, "llm_signals"),
+        }
     }
 
     fn count(&self, results: impl Iterator<Item = Result<usize, Skip>>) {
@@ -353,7 +397,7 @@ impl ArrowProcessor for LlmSignals {
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        self.state = self.kit.restore(State::new(self.cfg.params), bytes, State::restore)?;
+        self.state = self.kit.restore(State::new(self.cfg.params, self.cfg.split.clone()), bytes, State::restore)?;
         Ok(())
     }
 

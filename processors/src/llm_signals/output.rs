@@ -6,9 +6,11 @@
 //! then by group key.
 
 use super::hist::{FixedHist, Lat};
+use super::input::SplitLat;
 use super::model::{GroupKey, string_kv};
 use super::quality::{QStat, Qual};
 use super::spans::{REQUEST_ID_ATTRIBUTE, Request};
+use crate::detect::sketch::DdSketch;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -83,6 +85,12 @@ pub enum Out {
     Quality(Qual, QStat),
     /// The window's quality score Q = 1 − mean RCI (`llm.quality.score`).
     QualityScore,
+    /// Windowed latency percentile of one prompt-length bucket (`llm.ttft.by_input.p95`, ...).
+    ByInput(SplitLat, Pct),
+    /// Requests finished in the window in one prompt-length bucket (`llm.requests.finished.by_input`).
+    RequestsByInput,
+    /// TTFT p95 of the longest prompt-length bucket over that of the shortest (`llm.ttft.long_short`).
+    TtftLongShort,
     /// One request's latency (`per_request`), at the span's event time.
     PerRequest(Lat),
     /// One request's quality value (`per_request`: `llm.request.tle`, `llm.request.rci`).
@@ -112,6 +120,8 @@ impl Out {
         ]);
         v.extend(Qual::ALL.iter().flat_map(|q| QStat::ALL.map(|st| Out::Quality(*q, st))));
         v.push(Out::QualityScore);
+        v.extend(SplitLat::ALL.iter().flat_map(|l| Pct::ALL.map(|p| Out::ByInput(*l, p))));
+        v.extend([Out::RequestsByInput, Out::TtftLongShort]);
         v.extend(Lat::ALL.map(Out::PerRequest));
         v.extend(Qual::ALL.map(Out::PerRequestQuality));
         v.push(Out::PerRequestScore);
@@ -163,6 +173,16 @@ impl Out {
                 (Qual::Rci, QStat::Mean) => "llm.quality.rci.mean",
             },
             Out::QualityScore => "llm.quality.score",
+            Out::ByInput(l, p) => match (l, p) {
+                (SplitLat::Ttft, Pct::P50) => "llm.ttft.by_input.p50",
+                (SplitLat::Ttft, Pct::P95) => "llm.ttft.by_input.p95",
+                (SplitLat::Ttft, Pct::P99) => "llm.ttft.by_input.p99",
+                (SplitLat::E2e, Pct::P50) => "llm.e2e.by_input.p50",
+                (SplitLat::E2e, Pct::P95) => "llm.e2e.by_input.p95",
+                (SplitLat::E2e, Pct::P99) => "llm.e2e.by_input.p99",
+            },
+            Out::RequestsByInput => "llm.requests.finished.by_input",
+            Out::TtftLongShort => "llm.ttft.long_short",
             Out::PerRequest(l) => match l {
                 Lat::Ttft => "llm.request.ttft",
                 Lat::Tpot => "llm.request.tpot",
@@ -180,8 +200,8 @@ impl Out {
     /// `_ratio`); the 0/1 flags have none (a flag is not a fraction of anything).
     pub fn unit(self) -> &'static str {
         match self {
-            Out::Hist(_) | Out::Pct(..) | Out::PerRequest(_) => "s",
-            Out::RequestsFinished | Out::Waiting | Out::Running => "{request}",
+            Out::Hist(_) | Out::Pct(..) | Out::ByInput(..) | Out::PerRequest(_) => "s",
+            Out::RequestsFinished | Out::RequestsByInput | Out::Waiting | Out::Running => "{request}",
             Out::RequestRate => "{request}/s",
             Out::TokensOutput | Out::TokensInput => "{token}/s",
             Out::PreemptionRate => "{preemption}/s",
@@ -191,7 +211,8 @@ impl Out {
             | Out::PerRequestQuality(Qual::Rci)
             | Out::QualityScore
             | Out::PerRequestScore => "1",
-            Out::PrefixLow | Out::QueueBlocking => "",
+            // A quotient of two latencies, not a fraction 0–1: no `1` (no `_ratio` in Prometheus).
+            Out::PrefixLow | Out::QueueBlocking | Out::TtftLongShort => "",
         }
     }
 
@@ -203,6 +224,11 @@ impl Out {
             Out::Hist(Lat::E2e) => "End-to-end request duration.",
             Out::Hist(Lat::Queue) => "Time requests spent queued before scheduling.",
             Out::Pct(..) => "Windowed latency percentile.",
+            Out::ByInput(..) => "Windowed latency percentile of the requests of one prompt-length bucket.",
+            Out::RequestsByInput => "Requests finished in the window in one prompt-length bucket.",
+            Out::TtftLongShort => {
+                "TTFT p95 of the longest prompt-length bucket with enough requests over that of the shortest bucket."
+            }
             Out::RequestsFinished => "Requests finished in the window.",
             Out::RequestRate => "Requests finished per second over the window.",
             Out::ErrorRate => "Fraction of the window's requests that failed or were aborted.",
@@ -261,6 +287,25 @@ impl Emitter {
     /// Adds one point of `out` for [start, time).
     pub fn push(&mut self, out: Out, start: u64, time: u64, attrs: &[KeyValue], value: Value) {
         self.points.entry(out).or_default().push(Point { start, time, attrs: attrs.to_vec(), value });
+    }
+
+    /// Adds the windowed percentiles ([`Pct::ALL`]) of `sk` as metrics `out(pct)` (none when empty).
+    pub fn push_percentiles(
+        &mut self,
+        sk: &DdSketch,
+        start: u64,
+        time: u64,
+        attrs: &[KeyValue],
+        out: impl Fn(Pct) -> Out,
+    ) {
+        if sk.count() == 0 {
+            return;
+        }
+        for pct in Pct::ALL {
+            if let Some(v) = sk.quantile(pct.quantile()) {
+                self.push(out(pct), start, time, attrs, Value::Double(v));
+            }
+        }
     }
 
     /// Whether nothing was added.
@@ -384,7 +429,7 @@ mod tests {
     #[test]
     fn names_and_units_translate_to_valid_prometheus_names() {
         let all = Out::all();
-        assert_eq!(all.len(), 4 + 15 + 12 + 5 + 4 + 3, "every output once");
+        assert_eq!(all.len(), 4 + 15 + 12 + 5 + 6 + 2 + 4 + 3, "every output once");
         let names: std::collections::BTreeSet<&str> = all.iter().map(|o| o.name()).collect();
         assert_eq!(names.len(), all.len(), "names are unique");
         for out in all {
@@ -407,6 +452,8 @@ mod tests {
             assert_eq!(out.unit() == "1", ratio && !out.is_histogram(), "{}: unit 1 only for ratios", out.name());
         }
         assert_eq!((Out::PrefixLow.unit(), Out::QueueBlocking.unit()), ("", ""), "0/1 flags have no unit");
+        assert_eq!(Out::TtftLongShort.unit(), "", "a quotient of latencies is no fraction 0-1");
+        assert_eq!(Out::ByInput(SplitLat::Ttft, Pct::P95).name(), "llm.ttft.by_input.p95");
         assert_eq!(Out::RequestsFinished.name(), "llm.requests.finished");
     }
 }

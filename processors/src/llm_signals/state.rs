@@ -6,6 +6,7 @@
 //! cumulative histogram at flush boundary `b` holds exactly the requests with `t < b`.
 
 use super::hist::{FixedHist, Lat, window_quantile};
+use super::input::{self, InputBucketWindow, InputSplit};
 use super::model::GroupKey;
 use super::output::{Emitter, Out, Pct, Value};
 use super::quality::{QStat, Qual, score};
@@ -13,11 +14,12 @@ use super::scraped::{GaugeRole, HistPoint, RateRole, Role, Sample, SampleValue};
 use super::spans::Request;
 use crate::detect::series::OrderedSeriesMap;
 pub use crate::detect::series::RestoreError;
-use crate::detect::sketch::{DEFAULT_MAX_BINS, DdSketch};
+use crate::detect::sketch::DdSketch;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::sync::Arc;
 
 /// `llm.prefix_cache.low` is 1 below this hit rate (the study flags < 62 %; docs/llm-signals.md).
 pub const PREFIX_HIT_RATE_LOW: f64 = 0.62;
@@ -64,6 +66,8 @@ struct SpanWindow {
     sketches: [Option<DdSketch>; 4],
     /// Quality values (TLE, RCI), [`Qual`] order.
     quality: [Option<DdSketch>; 2],
+    /// The prompt-length buckets (`input_buckets`; empty until a request carries a prompt length).
+    by_input: Vec<InputBucketWindow>,
 }
 
 /// Histogram increments of one flush interval.
@@ -123,7 +127,7 @@ impl SpanState {
         }
     }
 
-    fn add(&mut self, t: u64, req: &Request, p: &Params) {
+    fn add(&mut self, t: u64, req: &Request, p: &Params, split: &InputSplit) {
         self.first_seen = self.first_seen.min(t);
         let win = self.windows.entry(floor(t, p.window_ns)).or_default();
         win.count += 1;
@@ -141,17 +145,14 @@ impl SpanState {
         }
         for (q, v) in [(Qual::Tle, req.tle), (Qual::Rci, req.rci)] {
             if let Some(v) = v {
-                win.quality[q.index()]
-                    .get_or_insert_with(|| DdSketch::new(p.alpha, DEFAULT_MAX_BINS).unwrap_or_default())
-                    .add(v);
+                win.quality[q.index()].get_or_insert_with(|| input::new_sketch(p.alpha)).add(v);
             }
         }
+        input::add(split, &mut win.by_input, req.input_tokens, |lat| request_value(req, lat), p.alpha);
         let flush_end = floor(t, p.flush_ns).saturating_add(p.flush_ns);
         for lat in Lat::ALL {
             let Some(v) = request_value(req, lat) else { continue };
-            win.sketches[lat.index()]
-                .get_or_insert_with(|| DdSketch::new(p.alpha, DEFAULT_MAX_BINS).unwrap_or_default())
-                .add(v);
+            win.sketches[lat.index()].get_or_insert_with(|| input::new_sketch(p.alpha)).add(v);
             let pending =
                 self.pending.entry(flush_end).or_insert_with(|| Pending { hists: empty_hists(), last_time: 0 });
             pending.hists[lat.index()].add(lat.bounds(), v);
@@ -162,7 +163,7 @@ impl SpanState {
     /// Emits the windows ending and the flushes due in (prev, wm]. Zero windows (no request)
     /// and unchanged histograms are emitted while within idle_timeout of the last data, except
     /// at the end of input.
-    fn close(&mut self, attrs: &[KeyValue], prev: u64, wm: u64, p: &Params, em: &mut Emitter) {
+    fn close(&mut self, attrs: &[KeyValue], prev: u64, wm: u64, p: &Params, split: &InputSplit, em: &mut Emitter) {
         let end_of_input = wm == u64::MAX;
         let (w, f) = (p.window_ns, p.flush_ns);
         let mut e = floor(prev, w).saturating_add(w);
@@ -171,6 +172,7 @@ impl SpanState {
             if let Some(win) = self.windows.remove(&s) {
                 self.last_window_data = Some(self.last_window_data.unwrap_or(0).max(win.last_time));
                 self.emit_window(attrs, s, e, Some(&win), p, em);
+                input::emit(split, attrs, s, e, &win.by_input, em);
             } else if !end_of_input && self.last_window_data.is_some_and(|d| e <= d.saturating_add(p.idle_ns)) {
                 self.emit_window(attrs, s, e, None, p, em);
             } else {
@@ -242,11 +244,7 @@ impl SpanState {
         let Some(win) = win else { return };
         for lat in Lat::ALL {
             let Some(sk) = win.sketches[lat.index()].as_ref().filter(|s| s.count() > 0) else { continue };
-            for pct in Pct::ALL {
-                if let Some(v) = sk.quantile(pct.quantile()) {
-                    em.push(Out::Pct(lat, pct), s, e, attrs, Value::Double(v));
-                }
-            }
+            em.push_percentiles(sk, s, e, attrs, |pct| Out::Pct(lat, pct));
             if lat == Lat::Queue
                 && let Some(p99) = sk.quantile(Pct::P99.quantile())
             {
@@ -583,6 +581,14 @@ impl GroupData {
         (!drained).then_some(0)
     }
 
+    /// Whether every open span window's prompt-length buckets have the shape of `split`.
+    fn split_fits(&self, split: &InputSplit) -> bool {
+        match self {
+            GroupData::Spans(st) => st.windows.values().all(|w| split.fits(&w.by_input)),
+            GroupData::Scrape(_) => true,
+        }
+    }
+
     fn is_valid_for(&self, key: &GroupKey) -> bool {
         match (self, key.source) {
             (GroupData::Spans(st), super::model::Source::Spans) => st.is_valid(),
@@ -596,6 +602,8 @@ impl GroupData {
 /// key, in key order.
 pub struct State {
     params: Params,
+    /// The prompt-length split of the span windows (`input_buckets`).
+    split: Arc<InputSplit>,
     watermark: u64,
     groups: OrderedSeriesMap<GroupKey, GroupData>,
 }
@@ -606,12 +614,14 @@ struct Header {
     window_ns: u64,
     flush_ns: u64,
     watermark: u64,
+    /// `input_buckets` the windows were split by.
+    input_buckets: Vec<u64>,
 }
 
 impl State {
-    /// An empty state.
-    pub fn new(params: Params) -> Self {
-        State { params, watermark: 0, groups: OrderedSeriesMap::new(params.max_series, params.idle_ns) }
+    /// An empty state splitting span windows by `split`.
+    pub fn new(params: Params, split: Arc<InputSplit>) -> Self {
+        State { params, split, watermark: 0, groups: OrderedSeriesMap::new(params.max_series, params.idle_ns) }
     }
 
     /// The watermark of the last `advance`.
@@ -640,11 +650,12 @@ impl State {
             return Err(Skip::Late);
         }
         let p = self.params;
+        let split = Arc::clone(&self.split);
         let Some((g, evicted)) = self.group(&key, time, || GroupData::Spans(Box::new(SpanState::new(time)))) else {
             return Ok(0);
         };
         if let GroupData::Spans(s) = g {
-            s.add(time, req, &p);
+            s.add(time, req, &p, &split);
         }
         Ok(evicted)
     }
@@ -675,7 +686,7 @@ impl State {
         for (key, g) in self.groups.iter_mut() {
             let attrs = key.attributes();
             match g {
-                GroupData::Spans(s) => s.close(&attrs, prev, wm, &p, em),
+                GroupData::Spans(s) => s.close(&attrs, prev, wm, &p, &self.split, em),
                 GroupData::Scrape(s) => s.close(&attrs, wm, &p, em),
             }
         }
@@ -684,8 +695,12 @@ impl State {
 
     /// Serializes the state (groups in key order, so equal states give equal bytes).
     pub fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
-        let header =
-            Header { window_ns: self.params.window_ns, flush_ns: self.params.flush_ns, watermark: self.watermark };
+        let header = Header {
+            window_ns: self.params.window_ns,
+            flush_ns: self.params.flush_ns,
+            watermark: self.watermark,
+            input_buckets: self.split.bounds().to_vec(),
+        };
         self.groups.snapshot(super::STATE_VERSION, &header, |_, g| g)
     }
 
@@ -694,6 +709,15 @@ impl State {
         let (h, groups): (Header, _) = self.groups.restore(super::STATE_VERSION, bytes, |key, g: GroupData| {
             if g.is_valid_for(key) { Ok(g) } else { Err(RestoreError::Invalid("group state")) }
         })?;
+        if h.input_buckets != self.split.bounds() {
+            return Err(RestoreError::Part {
+                what: "input_buckets",
+                message: format!("written with {:?}, configured {:?}", h.input_buckets, self.split.bounds()),
+            });
+        }
+        if !groups.iter().all(|(_, g)| g.state.split_fits(&self.split)) {
+            return Err(RestoreError::Invalid("prompt-length buckets of a window"));
+        }
         for (what, found, expected) in
             [("window", h.window_ns, self.params.window_ns), ("flush_interval", h.flush_ns, self.params.flush_ns)]
         {
