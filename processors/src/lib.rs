@@ -1,5 +1,5 @@
 //! inferwatch processors and connectors. Processors: `batch`, `memory_limiter`, `window_stats`,
-//! the detectors `trend_forecast`, `zscore_skew`, `ewma_chart`, `cusum`, `delta_ab`, `kv_pressure`,
+//! the detectors `trend_forecast`, `zscore_skew`, `ewma_chart`, `cusum`, `anomaly_ensemble`, `delta_ab`, `kv_pressure`,
 //! `coupled_model` and `peer_outlier`,
 //! `gpu_enrich`, `slo`, `filter`, `resource`, `attributes`, `resourcedetection` and
 //! `k8sattributes`; connectors: `alerts`, `forward` and `llm_signals` (see [`register`]).

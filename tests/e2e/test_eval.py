@@ -76,3 +76,40 @@ def test_eval_nab_on_two_files(run_cli, tmp_path):
     assert rep["level_points"] == 8064 - 2 * 50
     text = json.dumps(rep)
     assert "standard" in text and "reward_low_FP" in text and "reward_low_FN" in text
+
+
+def test_eval_generates_a_held_out_family_and_scores_it_as_series(run_cli, tmp_path):
+    # `--generate` writes NAB's layout plus truth.json; `--series` scores cusum on three of its
+    # files (kept small: a healthy one, a step, a burst) and prints the trade-off curve.
+    fam = tmp_path / "fam"
+    r = run_cli("eval", "--generate", str(fam), "--family", "a", "--seed", "17", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "28 files" in r.stdout, r.stdout
+    windows = json.loads((fam / "labels" / "combined_windows.json").read_text())
+    truth = json.loads((fam / "labels" / "truth.json").read_text())
+    assert len(windows) == 28 and set(windows) == set(truth)
+    kinds = sorted(t["kind"] for t in truth.values())
+    assert kinds.count("healthy") == 8 and kinds.count("fast") == 12 and kinds.count("drift") == 8
+    # The same seed writes the same bytes.
+    again = tmp_path / "again"
+    assert run_cli("eval", "--generate", str(again), "--family", "a", "--seed", "17").returncode == 0
+    name = "a/fast_step_short_00.csv"
+    assert (fam / "data" / name).read_bytes() == (again / "data" / name).read_bytes()
+    keep = ["a/healthy_00.csv", name, "a/fast_burst_03.csv"]
+    (fam / "labels" / "combined_windows.json").write_text(json.dumps({k: windows[k] for k in keep}))
+    out = tmp_path / "series.json"
+    r = run_cli("eval", "--series", str(fam), "--detector", "cusum", "--json", str(out), timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert "| warning at | FA / 30 d |" in r.stdout, r.stdout
+    rep = json.loads(out.read_text())
+    assert rep["files"] == 3 and rep["for_s"] == 0
+    at = {c["threshold"]: c for c in rep["curve"]}
+    assert len(at) == 9
+    # At the alerts' warning (0.6): both faults within 5 minutes, no critical before them.
+    assert at[0.6]["fast"] == 2 and at[0.6]["fast_caught"] == 2, at[0.6]
+    assert at[0.6]["critical_per_30d"] == 0, at[0.6]
+    # The curve is monotone: a lower threshold never has fewer false alarms.
+    fas = [at[t]["false_alarms_per_30d"] for t in sorted(at)]
+    assert all(a >= b for a, b in zip(fas, fas[1:])), fas
+    # A bad family is a usage error.
+    assert run_cli("eval", "--generate", str(tmp_path / "x"), "--family", "c").returncode == 2

@@ -15,6 +15,8 @@ pub const ALERTNAMES: &[(&str, &str)] = &[
     ("trend_forecast", "LLMBreachForecast"),
     ("zscore_skew", "LLMLatencyAnomaly"),
     ("ewma_chart", "LLMLatencyAnomaly"),
+    ("cusum", "LLMLatencyAnomaly"),
+    ("anomaly_ensemble", "LLMMetricAnomaly"),
     ("kv_pressure", "LLMKvCachePressure"),
     ("delta_ab", "LLMVersionRegression"),
     ("peer_outlier", "LLMReplicaSlowerThanPeers"),
@@ -212,6 +214,8 @@ pub fn facts(s: &Subject<'_>) -> Facts {
     let mut f = match s.detector() {
         "zscore_skew" => Facts { value: s.f64("value"), baseline: s.f64("zscore.mean"), ..Facts::default() },
         "ewma_chart" => Facts { value: s.f64("value"), baseline: s.f64("ewma.baseline"), ..Facts::default() },
+        "cusum" => Facts { value: s.f64("value"), baseline: s.f64("cusum.baseline"), ..Facts::default() },
+        "anomaly_ensemble" => Facts { value: s.f64("value"), ..Facts::default() },
         "trend_forecast" => Facts {
             value: s.f64("value"),
             threshold: s.f64("threshold"),
@@ -584,6 +588,8 @@ mod tests {
             "slo_burn",
             "trend_forecast",
             "zscore_skew",
+            "cusum",
+            "anomaly_ensemble",
             "kv_pressure",
             "delta_ab",
             "coupled_model",

@@ -144,6 +144,8 @@ pub const BUILTINS: &[Builtin] = &[
 pub const KNOWN_DETECTORS: &[&str] = &[
     "zscore_skew",
     "cusum",
+    "ewma_chart",
+    "anomaly_ensemble",
     "kv_pressure",
     "trend_forecast",
     "delta_ab",
