@@ -142,6 +142,42 @@ pub fn builtin(detector: &str, file: &NabFile, threshold: Option<f64>) -> Result
     }
 }
 
+/// The placeholder of a `--config` file for the file's SLO threshold (from `truth.json`).
+pub const THRESHOLD_VAR: &str = "${env:SLO_THRESHOLD}";
+
+/// `processors` with every string [`THRESHOLD_VAR`] replaced by `threshold` (a number); an error
+/// naming the file when the placeholder is used and the file has no threshold.
+pub fn with_threshold(
+    processors: &[(String, Value)],
+    threshold: Option<f64>,
+    file: &str,
+) -> Result<Vec<(String, Value)>, EvalError> {
+    fn walk(v: &mut Value, t: Option<f64>, used: &mut bool) {
+        match v {
+            Value::String(s) if s == THRESHOLD_VAR => {
+                *used = true;
+                if let Some(n) = t.and_then(serde_json::Number::from_f64) {
+                    *v = Value::Number(n);
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(|x| walk(x, t, used)),
+            Value::Object(o) => o.values_mut().for_each(|x| walk(x, t, used)),
+            _ => {}
+        }
+    }
+    let mut out = processors.to_vec();
+    let mut used = false;
+    for (_, v) in &mut out {
+        walk(v, threshold, &mut used);
+    }
+    if used && threshold.is_none() {
+        return Err(EvalError::Config(format!(
+            "{file}: the config uses {THRESHOLD_VAR} but {TRUTH_FILE} gives no slo_threshold"
+        )));
+    }
+    Ok(out)
+}
+
 /// One alert episode.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Episode {
@@ -149,13 +185,15 @@ pub struct Episode {
     pub fire_ns: u64,
     /// Whether its level reached [`CRITICAL`].
     pub critical: bool,
+    /// Index of the level point it fired on.
+    pub at: usize,
 }
 
 /// The episodes of the level points `points` (time order) at warning threshold `warning` and `for` `for_ns`.
 pub fn episodes(points: &[(u64, f64)], warning: f64, for_ns: u64) -> Vec<Episode> {
     let mut out: Vec<Episode> = Vec::new();
     let (mut pending, mut firing, mut quiet) = (None::<u64>, false, None::<u64>);
-    for &(t, l) in points {
+    for (i, &(t, l)) in points.iter().enumerate() {
         if l >= warning {
             // A quiet run that lasted resolve_after up to this point ended the episode before it.
             if firing && quiet.is_some_and(|q| t - q >= RESOLVE_NS) {
@@ -173,7 +211,7 @@ pub fn episodes(points: &[(u64, f64)], warning: f64, for_ns: u64) -> Vec<Episode
             let since = *pending.get_or_insert(t);
             if t - since >= for_ns {
                 firing = true;
-                out.push(Episode { fire_ns: t, critical: l >= CRITICAL });
+                out.push(Episode { fire_ns: t, critical: l >= CRITICAL, at: i });
             }
         } else {
             pending = None;
@@ -212,6 +250,12 @@ pub struct CurvePoint {
     pub drifts: usize,
     /// Median lead of the warned drifts, days.
     pub median_lead_d: Option<f64>,
+    /// Drifts whose first alert after the onset carried a forecast.
+    pub forecasts: usize,
+    /// ... of which the true time to the breach was inside the forecast's interval.
+    pub interval_covered: usize,
+    /// Median of true time to the breach ÷ forecast ETA at those first alerts (1: exact).
+    pub median_eta_ratio: Option<f64>,
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -234,6 +278,9 @@ pub struct FileLevels<'a> {
     pub truth: &'a [SeriesTruth],
     /// `(time, level)` points.
     pub levels: &'a [(u64, f64)],
+    /// The forecast on each level point, if it has one: `(eta, low, high)` in seconds (evidence
+    /// `eta`, `eta_low`, `eta_high` of trend_forecast), parallel to `levels` (may be empty).
+    pub etas: &'a [Option<(f64, f64, f64)>],
 }
 
 /// The curve point at `threshold` over `files`.
@@ -241,7 +288,8 @@ pub fn curve_point(threshold: f64, for_ns: u64, files: &[FileLevels<'_>]) -> Cur
     let (mut quiet_ns, mut fa, mut crit, mut worst) = (0u64, 0usize, 0usize, 0.0f64);
     let (mut fast, mut fast_caught, mut delays) = (0, 0, Vec::new());
     let (mut drifts, mut warned, mut leads) = (0, 0, Vec::new());
-    for &FileLevels { first_ns: first, last_ns: last, truth, levels: points } in files {
+    let (mut forecasts, mut covered, mut ratios) = (0, 0, Vec::new());
+    for &FileLevels { first_ns: first, last_ns: last, truth, levels: points, etas } in files {
         let eps = episodes(points, threshold, for_ns);
         // Unlabelled time: before the first onset (the whole file when healthy).
         let quiet_end = truth.iter().filter_map(|t| t.onset_ns).min().unwrap_or(last);
@@ -272,6 +320,14 @@ pub fn curve_point(threshold: f64, for_ns: u64, files: &[FileLevels<'_>]) -> Cur
                     drifts += 1;
                     if let Some(e) = first_after.filter(|e| e.fire_ns < b) {
                         let lead = (b - e.fire_ns) as f64 / DAY_NS;
+                        if let Some(&Some((eta, lo, hi))) = etas.get(e.at) {
+                            let real = lead * 86_400.0;
+                            forecasts += 1;
+                            covered += usize::from(lo <= real && real <= hi);
+                            if eta > 0.0 {
+                                ratios.push(real / eta);
+                            }
+                        }
                         if lead >= LEAD_D {
                             warned += 1;
                             leads.push(lead);
@@ -294,6 +350,9 @@ pub fn curve_point(threshold: f64, for_ns: u64, files: &[FileLevels<'_>]) -> Cur
         drift_warned: warned,
         drifts,
         median_lead_d: median(leads),
+        forecasts,
+        interval_covered: covered,
+        median_eta_ratio: median(ratios),
     }
 }
 
@@ -346,14 +405,14 @@ impl SeriesReport {
         );
         let _ = writeln!(
             s,
-            "| warning at | FA / 30 d | critical / 30 d | worst file / 30 d | fast ≤ 5 min | median delay | drift ≥ 14 d | median lead |"
+            "| warning at | FA / 30 d | critical / 30 d | worst file / 30 d | fast ≤ 5 min | median delay | drift ≥ 14 d | median lead | ETA interval holds | true / ETA |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
         for c in &self.curve {
             let opt = |v: Option<f64>, unit: &str| v.map_or("–".to_string(), |v| format!("{v:.1} {unit}"));
             let _ = writeln!(
                 s,
-                "| {:.2} | {:.2} | {:.2} | {:.1} | {}/{} | {} | {}/{} | {} |",
+                "| {:.2} | {:.2} | {:.2} | {:.1} | {}/{} | {} | {}/{} | {} | {}/{} | {} |",
                 c.threshold,
                 c.false_alarms_per_30d,
                 c.critical_per_30d,
@@ -364,6 +423,9 @@ impl SeriesReport {
                 c.drift_warned,
                 c.drifts,
                 opt(c.median_lead_d, "d"),
+                c.interval_covered,
+                c.forecasts,
+                c.median_eta_ratio.map_or("–".to_string(), |r| format!("{r:.2}")),
             );
         }
         let noisy: Vec<&FileScore> = self.per_file.iter().filter(|f| f.false_alarms > 0).collect();
@@ -391,12 +453,14 @@ pub async fn run_series(
     let fixed = config_override.map(run::override_processors).transpose()?;
     let for_ns = alert_for_s(detector) * 1_000_000_000;
     let mut levels: Vec<Vec<(u64, f64)>> = Vec::with_capacity(corpus.files.len());
+    let mut etas: Vec<Vec<Option<(f64, f64, f64)>>> = Vec::with_capacity(corpus.files.len());
     let mut rows_scores = Vec::with_capacity(corpus.files.len());
     for (i, file) in corpus.files.iter().enumerate() {
         let t = truth.get(&file.name).map(Vec::as_slice).unwrap_or_default();
+        let threshold = t.iter().find_map(|t| t.slo_threshold);
         let processors = match &fixed {
-            Some(p) => p.clone(),
-            None => builtin(detector, file, t.iter().find_map(|t| t.slo_threshold))?,
+            Some(p) => with_threshold(p, threshold, &file.name)?,
+            None => builtin(detector, file, threshold)?,
         };
         let harness = Harness::start(&run::pipeline_yaml(&processors), registry.clone()).await?;
         for p in run::payloads(file) {
@@ -407,17 +471,25 @@ pub async fn run_series(
         points.sort_by_key(|p| p.time_ns);
         rows_scores.push(run::row_scores(file, &points).0);
         levels.push(points.iter().map(|p| (p.time_ns, p.value.clamp(0.0, 1.0))).collect());
+        let num = |p: &Point, k: &str| p.attrs.get(k).and_then(|v| v.parse::<f64>().ok());
+        etas.push(
+            points
+                .iter()
+                .map(|p| Some((num(p, "eta")?, num(p, "eta_low")?, num(p, "eta_high").unwrap_or(f64::INFINITY))))
+                .collect(),
+        );
         progress(i + 1, corpus.files.len());
     }
     let files: Vec<FileLevels<'_>> = corpus
         .files
         .iter()
-        .zip(&levels)
-        .map(|(f, l)| FileLevels {
+        .zip(levels.iter().zip(&etas))
+        .map(|(f, (l, e))| FileLevels {
             first_ns: f.timestamps.first().copied().unwrap_or(0),
             last_ns: f.timestamps.last().copied().unwrap_or(0),
             truth: truth.get(&f.name).map(Vec::as_slice).unwrap_or_default(),
             levels: l.as_slice(),
+            etas: e.as_slice(),
         })
         .collect();
     let curve = THRESHOLDS.iter().map(|&th| curve_point(th, for_ns, &files)).collect();
@@ -460,6 +532,21 @@ mod tests {
     const M: u64 = 60_000_000_000;
 
     #[test]
+    fn the_threshold_placeholder_is_filled_per_file() {
+        let procs = vec![(
+            "trend_forecast".to_string(),
+            json!({"metric": "nab.value", "threshold": THRESHOLD_VAR, "x": [THRESHOLD_VAR]}),
+        )];
+        let got = with_threshold(&procs, Some(1.5), "f").unwrap();
+        assert_eq!(got[0].1, json!({"metric": "nab.value", "threshold": 1.5, "x": [1.5]}));
+        let err = with_threshold(&procs, None, "a/f.csv").unwrap_err().to_string();
+        assert!(err.contains("a/f.csv") && err.contains("slo_threshold"), "{err}");
+        // Without the placeholder a missing threshold is fine.
+        let plain = vec![("cusum".to_string(), json!({"metrics": ["nab.value"]}))];
+        assert_eq!(with_threshold(&plain, None, "f").unwrap(), plain);
+    }
+
+    #[test]
     fn episodes_need_their_for_and_end_after_a_quiet_run() {
         let pts: Vec<(u64, f64)> = [0.0, 0.7, 0.7, 0.7, 0.1, 0.7, 0.1, 0.1, 0.1, 0.9, 0.9]
             .iter()
@@ -468,10 +555,13 @@ mod tests {
             .collect();
         // for 0: fires at 1; the dip at 4 is shorter than 2 min, so 5 continues it; quiet 6..8 ends it; 9 fires critical.
         let e = episodes(&pts, 0.6, 0);
-        assert_eq!(e, vec![Episode { fire_ns: M, critical: false }, Episode { fire_ns: 9 * M, critical: true }]);
+        assert_eq!(
+            e,
+            vec![Episode { fire_ns: M, critical: false, at: 1 }, Episode { fire_ns: 9 * M, critical: true, at: 9 }]
+        );
         // for 2m: 1..3 holds for 2 min → fires at 3; 9..10 holds only 1 min.
         let e = episodes(&pts, 0.6, 2 * M);
-        assert_eq!(e, vec![Episode { fire_ns: 3 * M, critical: false }]);
+        assert_eq!(e, vec![Episode { fire_ns: 3 * M, critical: false, at: 3 }]);
         // A higher threshold sees only the critical run.
         assert_eq!(episodes(&pts, 0.8, 0).len(), 1);
     }
@@ -509,10 +599,12 @@ mod tests {
         let f: Vec<(u64, f64)> = vec![(0, 0.0), (10 * day + 3 * M, 0.65), (10 * day + 4 * M, 0.0), (11 * day, 0.0)];
         // Drift: 0.75 on day 12 (18 days before the breach).
         let d: Vec<(u64, f64)> = vec![(0, 0.0), (12 * day, 0.75), (12 * day + 10 * M, 0.0), (31 * day, 0.0)];
+        // Its alert forecast the breach in 15 d (12–20 d): the true 18 d is inside, ratio 1.2.
+        let de = vec![None, Some((15.0 * 86_400.0, 12.0 * 86_400.0, 20.0 * 86_400.0)), None, None];
         let files = [
-            FileLevels { first_ns: 0, last_ns: 30 * day, truth: &healthy, levels: &h },
-            FileLevels { first_ns: 0, last_ns: 11 * day, truth: &fast, levels: &f },
-            FileLevels { first_ns: 0, last_ns: 31 * day, truth: &drift, levels: &d },
+            FileLevels { first_ns: 0, last_ns: 30 * day, truth: &healthy, levels: &h, etas: &[] },
+            FileLevels { first_ns: 0, last_ns: 11 * day, truth: &fast, levels: &f, etas: &[] },
+            FileLevels { first_ns: 0, last_ns: 31 * day, truth: &drift, levels: &d, etas: &de },
         ];
         let at = |th| curve_point(th, 0, &files);
         // Quiet time: 30 + 10 + 5 = 45 days; 2 false episodes → 1.33 per 30 days, 1 critical.
@@ -523,6 +615,8 @@ mod tests {
         assert_eq!((c.fast_caught, c.fast, c.median_delay_s), (1, 1, Some(180.0)));
         assert_eq!((c.drift_warned, c.drifts), (1, 1));
         assert!((c.median_lead_d.unwrap() - 18.0).abs() < 1e-9);
+        assert_eq!((c.forecasts, c.interval_covered), (1, 1));
+        assert!((c.median_eta_ratio.unwrap() - 1.2).abs() < 1e-9);
         // At 0.8 only the critical false alarm is left, and neither fault is caught.
         let c = at(0.8);
         assert!((c.false_alarms_per_30d - 30.0 / 45.0).abs() < 1e-9);

@@ -404,6 +404,10 @@ impl ObjectiveConfig {
             let (metric, threshold) = sli.forecast_target(self.target.0);
             m.insert("metric".into(), metric.into());
             m.insert("threshold".into(), threshold.into());
+            // The objective counts windows whose percentile is above the threshold: forecast the
+            // hourly p95 of those windows, not their mean (issue 17: 7 of 8 drifts warned ≥ 14 d
+            // on the tuning family against 6 of 8, interval coverage 8 of 8 against 6 of 8).
+            m.entry("statistic").or_insert_with(|| "p95".into());
         }
         let cfg: TrendForecastConfig = inferwatch_core::component::parse_config(&v).map_err(prefix)?;
         cfg.check().map_err(prefix)
