@@ -1,7 +1,7 @@
 //! `cusum-bench`: throughput of the `cusum` detector on many interleaved series (one
 //! `llm.ttft.p95` point per series and minute, as `llm_signals` writes them), next to
-//! `zscore_skew` on the same batches in the same run and to cusum's own model without the
-//! processor around it; its state bytes per series. Prints one JSON document.
+//! `zscore_skew` and `anomaly_ensemble` on the same batches in the same run and to cusum's own
+//! model without the processor around it; state bytes per series. Prints one JSON document.
 
 #[path = "detector_bench.rs"]
 mod detector_bench;
@@ -13,6 +13,7 @@ use inferwatch_core::arrow::{ArrowProcessorFactory, RecordBatch};
 use inferwatch_core::component::{ComponentId, CreateContext};
 use inferwatch_core::pdata::Signal;
 use inferwatch_core::telemetry::Telemetry;
+use inferwatch_processors::anomaly_ensemble::AnomalyEnsembleFactory;
 use inferwatch_processors::cusum::CusumFactory;
 use inferwatch_processors::cusum::model::Model;
 use inferwatch_processors::detect::point::PointConfig;
@@ -74,8 +75,8 @@ fn main() -> anyhow::Result<()> {
         .0
         .params()
         .clone();
-    let (mut best_c, mut best_z, mut best_m) = (Duration::MAX, Duration::MAX, Duration::MAX);
-    let (mut c_rows, mut z_rows, mut snapshot_bytes) = (0, 0, 0);
+    let (mut best_c, mut best_z, mut best_m, mut best_e) = (Duration::MAX, Duration::MAX, Duration::MAX, Duration::MAX);
+    let (mut c_rows, mut z_rows, mut e_rows, mut snapshot_bytes, mut e_snapshot) = (0, 0, 0, 0, 0);
     for _ in 0..cli.reps.max(1) {
         let parsed = CusumFactory.parse_arrow(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut c = CusumFactory.build_arrow(ctx("cusum/bench")?, &parsed, Signal::Metrics).context("cusum")?;
@@ -88,6 +89,15 @@ fn main() -> anyhow::Result<()> {
         let (d, rows) = drive(&mut z, &input, |_| Ok(()))?;
         best_z = best_z.min(d);
         z_rows = rows;
+        let ecfg = json!({"metrics": [METRIC], "max_series": cli.series * 2});
+        let parsed = AnomalyEnsembleFactory.parse_arrow(&ecfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut e = AnomalyEnsembleFactory
+            .build_arrow(ctx("anomaly_ensemble/bench")?, &parsed, Signal::Metrics)
+            .context("ae")?;
+        let (d, rows) = drive(e.as_mut(), &input, |_| Ok(()))?;
+        best_e = best_e.min(d);
+        e_rows = rows;
+        e_snapshot = e.snapshot().map_err(|e| anyhow::anyhow!("{e}"))?.len();
         // The model alone: the same points, one Model per series, no batches, no output.
         let mut models: Vec<Model> = (0..cli.series).map(|_| Model::new(&params)).collect();
         let t = Instant::now();
@@ -122,6 +132,8 @@ fn main() -> anyhow::Result<()> {
                   "checkpoint_bytes_per_series": snapshot_bytes / cli.series.max(1)},
         "cusum_model_only": {"points_per_s": rate(points, best_m)},
         "zscore_skew": {"points_per_s": rate(points, best_z), "output_rows": z_rows, "window": 30},
+        "anomaly_ensemble": {"points_per_s": rate(points, best_e), "output_rows": e_rows,
+                             "checkpoint_bytes_per_series": e_snapshot / cli.series.max(1)},
         "ratio_cusum_to_zscore_skew": best_z.as_secs_f64() / best_c.as_secs_f64().max(1e-12),
         "ratio_processor_to_model": best_m.as_secs_f64() / best_c.as_secs_f64().max(1e-12),
         "notes": ["process + advance on metrics batches (one per minute, one point per series), output included, input building excluded; best of reps"],

@@ -268,6 +268,7 @@ impl PointDetector for Checked {
             quiet: r.quiet.min(p.suppress),
             min_seen,
             max_seen,
+            ..State::default()
         })
     }
 }
