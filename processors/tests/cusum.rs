@@ -284,3 +284,20 @@ fn critical_needs_a_material_change() {
     let (big, big_crit) = worst(3.0);
     assert!(big >= 0.8 && big_crit.is_some_and(|m| m <= 5), "×3: level {big}, critical at {big_crit:?}");
 }
+
+#[test]
+fn a_quiet_night_does_not_forget_the_baseline() {
+    // The default idle_timeout (7 d) keeps a series through hours without traffic; a week without
+    // points forgets it.
+    let mut h = harness();
+    let mut rng = SplitMix64(8);
+    for i in 0..60 {
+        h.process_metrics(&minute(i, &mut rng));
+    }
+    assert_eq!(h.proc.series_count(), 1);
+    h.advance_metrics(MONDAY + 60 * MIN + 6 * 3_600_000_000_000);
+    assert_eq!(h.proc.series_count(), 1, "a 6-hour gap forgot the series");
+    h.advance_metrics(MONDAY + 60 * MIN + 8 * 86_400_000_000_000);
+    assert_eq!(h.proc.series_count(), 0);
+    assert_eq!(h.evicted("idle"), 1);
+}

@@ -99,7 +99,8 @@ pub struct CusumConfig {
     /// Consecutive points needed to reach the warning level from zero (default 2: a lone outlier
     /// of a heavy-tailed series does not alarm; 1 lets one point alarm).
     pub confirm_points: u32,
-    /// `max_series` (default 10000) and `idle_timeout` (default 1h), top-level keys.
+    /// `max_series` (default 10000) and `idle_timeout` (default 7d: a seasonal baseline must
+    /// outlive a quiet night or weekend), top-level keys.
     #[serde(skip)]
     pub limits: SeriesLimits,
 }
@@ -126,7 +127,7 @@ impl Default for CusumConfig {
             confirm_points: 2,
             limits: SeriesLimits {
                 max_series: 10_000,
-                idle_timeout: GoDuration(Duration::from_secs(3600)),
+                idle_timeout: GoDuration(Duration::from_secs(7 * 86_400)),
                 allowed_lateness: GoDuration(Duration::ZERO),
             },
         }
