@@ -23,10 +23,6 @@ fn set(p: &mut Params, key: &str, v: f64) -> anyhow::Result<()> {
         "extreme" => p.extreme = v,
         "extreme_weight" => p.extreme_weight = v,
         "shift_weight" => p.shift_weight = v,
-        "slow" => p.slow = v as u32,
-        "slow_weight" => p.slow_weight = v,
-        "slow_orders" => p.slow_orders = v as usize,
-        "slow_hold" => p.slow_hold = v as u32,
         other => bail!("unknown parameter {other:?}"),
     }
     Ok(())

@@ -68,7 +68,7 @@ pub struct SeriesTruth {
 /// unless the detector confirms over its own windows).
 pub fn alert_for_s(detector: &str) -> u64 {
     match detector {
-        "cusum" | "trend_forecast" | "delta_ab" | "slo_burn" | "peer_outlier" => 0,
+        "cusum" | "anomaly_ensemble" | "trend_forecast" | "delta_ab" | "slo_burn" | "peer_outlier" => 0,
         _ => 120,
     }
 }
@@ -79,7 +79,8 @@ pub fn truths(dir: &Path, corpus: &NabCorpus) -> Result<BTreeMap<String, Vec<Ser
     let path = dir.join(TRUTH_FILE);
     let given: BTreeMap<String, SeriesTruth> = match std::fs::read_to_string(&path) {
         Ok(t) => serde_json::from_str(&t).map_err(|e| EvalError::Data(format!("{}: {e}", path.display())))?,
-        Err(_) => BTreeMap::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+        Err(e) => return Err(EvalError::Data(format!("{}: {e}", path.display()))),
     };
     Ok(corpus
         .files
@@ -124,6 +125,7 @@ pub fn builtin(detector: &str, file: &NabFile, threshold: Option<f64>) -> Result
         }
         "zscore_skew" => Ok(vec![("zscore_skew".into(), json!({"metrics": [m], "window": 50, "idle_timeout": idle}))]),
         "ewma_chart" => Ok(vec![("ewma_chart".into(), json!({"metrics": [m], "idle_timeout": idle}))]),
+        "anomaly_ensemble" => Ok(vec![("anomaly_ensemble".into(), json!({"metrics": [m], "idle_timeout": idle}))]),
         "trend_forecast" => {
             let Some(t) = threshold else {
                 return Err(EvalError::Config(format!(
@@ -137,7 +139,7 @@ pub fn builtin(detector: &str, file: &NabFile, threshold: Option<f64>) -> Result
             )])
         }
         other => Err(EvalError::Config(format!(
-            "no built-in series configuration for {other:?}: built in are cusum, zscore_skew, ewma_chart, trend_forecast; others need --config FILE"
+            "no built-in series configuration for {other:?}: built in are cusum, anomaly_ensemble, zscore_skew, ewma_chart, trend_forecast; others need --config FILE"
         ))),
     }
 }
@@ -242,7 +244,7 @@ pub struct CurvePoint {
     pub fast_caught: usize,
     /// Fast faults.
     pub fast: usize,
-    /// Median delay of the detected faults (within an hour of the onset), seconds.
+    /// Median delay of the detected faults (an alert by the fault's end, or within an hour of the onset), seconds.
     pub median_delay_s: Option<f64>,
     /// Drifts warned ≥ [`LEAD_D`] days before the breach, of `drifts`.
     pub drift_warned: usize,
@@ -307,9 +309,9 @@ pub fn curve_point(threshold: f64, for_ns: u64, files: &[FileLevels<'_>]) -> Cur
             match t.kind {
                 Kind::Fast => {
                     fast += 1;
-                    if let Some(e) = first_after
-                        .filter(|e| t.end_ns.is_none_or(|end| e.fire_ns <= end.max(onset + 3_600_000_000_000)))
-                    {
+                    if let Some(e) = first_after.filter(|e| {
+                        t.end_ns.is_none_or(|end| e.fire_ns <= end.max(onset.saturating_add(3_600_000_000_000)))
+                    }) {
                         let d = (e.fire_ns - onset) as f64 / 1e9;
                         delays.push(d);
                         fast_caught += usize::from(d <= FAST_S);
@@ -318,7 +320,10 @@ pub fn curve_point(threshold: f64, for_ns: u64, files: &[FileLevels<'_>]) -> Cur
                 Kind::Drift => {
                     let Some(b) = t.breach_ns else { continue };
                     drifts += 1;
-                    if let Some(e) = first_after.filter(|e| e.fire_ns < b) {
+                    // As in the scenario scoring: only an alert that forecasts the breach warns of it.
+                    let forecasting =
+                        eps.iter().find(|e| e.fire_ns >= onset && matches!(etas.get(e.at), Some(Some(_))));
+                    if let Some(e) = forecasting.filter(|e| e.fire_ns < b) {
                         let lead = (b - e.fire_ns) as f64 / DAY_NS;
                         if let Some(&Some((eta, lo, hi))) = etas.get(e.at) {
                             let real = lead * 86_400.0;

@@ -137,6 +137,8 @@ pub const BUILTINS: &[Builtin] = &[
     Builtin { detector: "peer_outlier", for_s: 0, stale_after_s: None },
     // Its decision interval already accumulates the evidence (a 90-s burst is one or two points).
     Builtin { detector: "cusum", for_s: 0, stale_after_s: None },
+    // One report is one point (the next 30 are suppressed to 0).
+    Builtin { detector: "anomaly_ensemble", for_s: 0, stale_after_s: None },
 ];
 
 /// The detectors that emit `llm.anomaly.level` in this build (a `per_detector` key naming another

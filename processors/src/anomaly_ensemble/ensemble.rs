@@ -46,14 +46,6 @@ pub struct Params {
     pub orders: usize,
     /// A value beyond the range seen so far by this share of it is a new extreme.
     pub extreme: f64,
-    /// Points averaged into one value of the slow novelty scale (0 = no slow scale).
-    pub slow: u32,
-    /// Weight of the slow-scale context novelty.
-    pub slow_weight: f64,
-    /// Highest order of the slow n-grams (1–SLOW_HISTORY).
-    pub slow_orders: usize,
-    /// Points the slow novelty is held after a slow value.
-    pub slow_hold: u32,
 }
 
 impl Default for Params {
@@ -72,10 +64,6 @@ impl Default for Params {
             coarse: 4,
             orders: 3,
             extreme: 0.05,
-            slow: 0,
-            slow_weight: 0.0,
-            slow_orders: 3,
-            slow_hold: 1,
         }
     }
 }
@@ -86,8 +74,6 @@ pub const CONTEXT_WORDS: usize = 256;
 pub const HISTORY: usize = 8;
 /// Cells a quantised value is clamped to on either side of the warm-up range, in ranges.
 const SPAN: i64 = 4;
-/// Slow-scale quantised values remembered for the slow n-grams.
-pub const SLOW_HISTORY: usize = 4;
 
 /// A fixed quantisation grid.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -230,14 +216,6 @@ pub struct State {
     pub min_seen: f64,
     /// Largest value seen.
     pub max_seen: f64,
-    /// Sum of the values of the current slow block.
-    pub slow_sum: f64,
-    /// Values in the current slow block.
-    pub slow_k: u32,
-    /// The last slow-scale cells, newest last.
-    pub slow_cells: VecDeque<i64>,
-    /// The last slow novelty and the points it is still held.
-    pub slow_last: (f64, u32),
 }
 
 /// What one scored point rests on.
@@ -361,40 +339,6 @@ impl State {
         if used > 0 { f64::from(unseen) / used as f64 } else { 0.0 }
     }
 
-    /// Feeds `x` to the slow scale; the slow novelty held for this point.
-    fn slow_step(&mut self, p: &Params, grid: Grid, x: f64) -> f64 {
-        if p.slow == 0 {
-            return 0.0;
-        }
-        self.slow_sum += x;
-        self.slow_k += 1;
-        if self.slow_k >= p.slow {
-            let c = grid.cell(self.slow_sum / f64::from(self.slow_k), p.bins);
-            self.slow_sum = 0.0;
-            self.slow_k = 0;
-            self.slow_cells.push_back(c);
-            if self.slow_cells.len() > SLOW_HISTORY {
-                self.slow_cells.pop_front();
-            }
-            let k = self.slow_cells.len();
-            let mut h = 0x51a7_e5ca_1e00_0001u64;
-            let (mut unseen, mut used) = (0u32, 0u32);
-            for order in 0..p.slow_orders.min(SLOW_HISTORY).min(k) {
-                h = mix(h ^ (self.slow_cells[k - 1 - order] as u64).wrapping_add(order as u64 * 0x1000_0000_01b3));
-                unseen += u32::from(!self.seen(h ^ (0x100 + order as u64)));
-                used += 1;
-            }
-            let nov = if used > 0 { f64::from(unseen) / f64::from(used) } else { 0.0 };
-            self.slow_last = (nov, p.slow_hold);
-        }
-        if self.slow_last.1 > 0 {
-            self.slow_last.1 -= 1;
-            self.slow_last.0
-        } else {
-            0.0
-        }
-    }
-
     /// Adds `x` (in grid cell `c`) to the reference moments and histogram.
     fn add_reference(&mut self, p: &Params, x: f64, c: i64) {
         self.ref_n += 1;
@@ -432,7 +376,6 @@ impl State {
                     self.cells.pop_front();
                 }
                 self.novelty(p);
-                self.slow_step(p, grid, v);
             }
             return None;
         };
@@ -446,7 +389,6 @@ impl State {
             self.cells.pop_front();
         }
         let novelty = self.novelty(p);
-        let slow_nov = self.slow_step(p, grid, x);
         // the recent window; what leaves it joins the reference
         self.recent_hist.count(cell, true);
         if let Some(old) = self.recent.push(x) {
@@ -461,8 +403,8 @@ impl State {
         self.max_seen = self.max_seen.max(x);
         self.min_seen = self.min_seen.min(x);
         let ext = if extreme { 1.0 } else { 0.0 };
-        let raw = (novelty + p.extreme_weight * ext + p.shift_weight * shift + p.slow_weight * slow_nov)
-            / (1.0 + p.extreme_weight + p.shift_weight + p.slow_weight);
+        let raw =
+            (novelty + p.extreme_weight * ext + p.shift_weight * shift) / (1.0 + p.extreme_weight + p.shift_weight);
         // likelihood
         self.raws.push_back(raw);
         if self.raws.len() > p.average {

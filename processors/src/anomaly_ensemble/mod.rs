@@ -268,7 +268,6 @@ impl PointDetector for Checked {
             quiet: r.quiet.min(p.suppress),
             min_seen,
             max_seen,
-            ..State::default()
         })
     }
 }

@@ -167,8 +167,15 @@ impl PointConfig for CusumConfig {
                 format!("must be at most false_alarms_per_30d ({})", self.false_alarms_per_30d),
             ));
         }
-        positive("shift_sigma", self.shift_sigma)?;
-        positive("clip", self.clip)?;
+        let within = |key: &str, v: f64, lo: f64, hi: f64| -> Result<(), FieldError> {
+            if v.is_finite() && (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(FieldError::at(key, format!("must be in [{lo}, {hi}], got {v}")))
+            }
+        };
+        within("shift_sigma", self.shift_sigma, 0.1, 20.0)?;
+        within("clip", self.clip, 0.5, 20.0)?;
         if !(self.min_ratio.is_finite() && self.min_ratio >= 1.0) {
             return Err(FieldError::at("min_ratio", format!("must be a finite number ≥ 1, got {}", self.min_ratio)));
         }
@@ -199,6 +206,12 @@ impl PointConfig for CusumConfig {
         let per_slot = 3600.0 / interval;
         let half_life_points = self.level_half_life.0.as_secs_f64() / interval;
         let points_per_30d = MONTH_S / interval;
+        if !(points_per_30d / self.critical_false_alarms_per_30d).is_finite() {
+            return Err(FieldError::at(
+                "critical_false_alarms_per_30d",
+                "is too small: its run length is not a finite number",
+            ));
+        }
         let params = Params {
             log: self.transform == Transform::Log,
             direction: self.direction,
@@ -294,9 +307,10 @@ impl PointDetector for Checked {
         if p.log {
             let ratio = x / baseline;
             evidence.push(kv_f64("cusum.ratio", ratio));
-            // Critical means certain and material: a point within min_ratio of its baseline stays
-            // below critical however long the shift has lasted.
-            let change = if s.side > 0 { ratio } else { 1.0 / ratio };
+            // Critical means certain and material: while the recent (smoothed) change is within
+            // min_ratio of the baseline the level stays below critical however long it has lasted.
+            let recent = s.recent.exp();
+            let change = if s.side > 0 { recent } else { 1.0 / recent };
             if p.min_ratio > 1.0 && change < p.min_ratio {
                 lvl = lvl.min(BELOW_CRITICAL);
             }
@@ -332,8 +346,14 @@ mod tests {
         assert!((level(6.0, 4.0, 6.0) - 0.8).abs() < 1e-12);
         assert_eq!(level(12.0, 4.0, 6.0), 1.0);
         assert_eq!(level(100.0, 4.0, 6.0), 1.0);
-        // Equal intervals: straight from warning to critical.
-        assert!(level(4.0, 4.0, 4.0) >= 0.8);
+        // The intervals the model uses are ≥ 1 apart, and each maps to its level.
+        let c: CusumConfig = serde_json::from_value(serde_json::json!({"metrics": ["m"]})).unwrap();
+        let (d, _) = c.check().unwrap();
+        for k in [0.5, 2.0, 20.0] {
+            let (w, c) = d.params().intervals(k);
+            assert!(w >= 1.0 && c >= w + 1.0, "k {k}: {w} {c}");
+            assert!((level(w, w, c) - 0.6).abs() < 1e-12 && (level(c, w, c) - 0.8).abs() < 1e-12);
+        }
     }
 
     #[test]
@@ -353,6 +373,12 @@ mod tests {
             Some("critical_false_alarms_per_30d")
         );
         assert_eq!(m(serde_json::json!({"min_ratio": 0.5})).as_deref(), Some("min_ratio"));
+        assert_eq!(m(serde_json::json!({"shift_sigma": 1e300})).as_deref(), Some("shift_sigma"));
+        assert_eq!(m(serde_json::json!({"clip": 1e-300})).as_deref(), Some("clip"));
+        assert_eq!(
+            m(serde_json::json!({"false_alarms_per_30d": 1e-300, "critical_false_alarms_per_30d": 1e-310})).as_deref(),
+            Some("critical_false_alarms_per_30d")
+        );
         assert_eq!(m(serde_json::json!({"interval": "0s"})).as_deref(), Some("interval"));
         assert_eq!(m(serde_json::json!({"level_half_life": "0s"})).as_deref(), Some("level_half_life"));
         assert!(m(serde_json::json!({"direction": "sideways"})).is_some());

@@ -17,6 +17,8 @@ pub const TAIL_NORMAL_Z: f64 = 2.575_829_303_548_901;
 pub const TAIL_RATE: f64 = 0.05;
 /// Largest tail factor.
 pub const TAIL_MAX: f64 = 10.0;
+/// Weight of the newest residual in [`Model::recent`].
+pub const RECENT_WEIGHT: f64 = 0.3;
 /// Smallest decision interval, in σ (and the least gap between the warning and critical ones).
 pub const MIN_INTERVAL: f64 = 1.0;
 /// Nanoseconds in a day.
@@ -37,6 +39,9 @@ pub fn decision_interval(arl: f64, k: f64) -> f64 {
     // Solve e^u − u − 1 = R for u > 0 by Newton from above (the function is convex and
     // increasing; both starts are above the root: e^u − u − 1 ≥ u²/2, and ≥ R at ln(R + 1) + 1).
     let r = 2.0 * k * k * arl;
+    if r == f64::INFINITY {
+        return f64::INFINITY;
+    }
     if !(r.is_finite() && r > 0.0) {
         return 0.0;
     }
@@ -170,6 +175,9 @@ pub struct Model {
     pub down: f64,
     /// Tail factor (≥ 1): the 0.99 quantile of |r|/σ over its normal value, tracked outside alarms.
     pub tail: f64,
+    /// Exponentially smoothed residual (weight [`RECENT_WEIGHT`]): the recent change that decides
+    /// whether a shift is material.
+    pub recent: f64,
 }
 
 /// A scored point's figures.
@@ -191,6 +199,8 @@ pub struct Step {
     pub h_warning: f64,
     /// ... at the critical level.
     pub h_critical: f64,
+    /// The smoothed recent residual (scored unit).
+    pub recent: f64,
 }
 
 /// Interpolation of a slot profile: the two slots around `t` and their weights.
@@ -250,7 +260,7 @@ impl Model {
             && self.weekly_n.len() == self.weekly.len()
             && self.slot_dev.len() == d
             && self.slot_n.len() == d;
-        let finite = [self.level, self.abs_dev, self.up, self.down].iter().all(|v| v.is_finite())
+        let finite = [self.level, self.abs_dev, self.up, self.down, self.recent].iter().all(|v| v.is_finite())
             && [&self.daily, &self.weekly, &self.daily_n, &self.weekly_n, &self.slot_dev, &self.slot_n]
                 .iter()
                 .all(|v| v.iter().all(|x| x.is_finite()));
@@ -291,6 +301,8 @@ impl Model {
         let core = self.core_sigma(p, t_ns).max(p.min_std);
         let sigma = self.sigma(p, t_ns);
         let r = y - baseline;
+        self.recent += RECENT_WEIGHT * (r - self.recent);
+        let recent = self.recent;
         let warm = self.n >= p.warmup;
         let step = warm.then(|| {
             let z = r / sigma;
@@ -309,7 +321,7 @@ impl Model {
                 self.down = page_step(self.down, (-z).min(most), k, cap);
             }
             let (stat, side) = if self.up >= self.down { (self.up, 1) } else { (self.down, -1) };
-            Step { stat, side, baseline, sigma, z, k, h_warning, h_critical }
+            Step { stat, side, baseline, sigma, z, k, h_warning, h_critical, recent }
         });
         // Outside alarms the scales and the tail learn; the level and the profiles always do (clipped).
         let alarming = step.is_some_and(|s| s.stat >= s.h_warning);

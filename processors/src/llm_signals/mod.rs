@@ -32,6 +32,9 @@ use serde::Deserialize;
 use state::{Params, Skip, State};
 use std::time::Duration;
 
+/// Most `input_buckets` bounds (each adds one series per group and metric).
+pub const MAX_INPUT_BUCKETS: usize = 16;
+
 /// Version of the checkpoint format written by [`LlmSignals`] (2: group keys hold identity
 /// attributes; 3: and `service.name`; 4: scrape windows hold histogram sums; 5: the detector kit's
 /// series map envelope; 6: windows hold quality signals; 7: span windows hold the prompt-length
@@ -168,6 +171,15 @@ impl LlmSignalsConfig {
                     message,
                 });
             }
+        }
+        if self.input_buckets.len() > MAX_INPUT_BUCKETS {
+            return Err(FieldError::at(
+                "input_buckets",
+                format!(
+                    "at most {MAX_INPUT_BUCKETS} bounds (one series each per group), got {}",
+                    self.input_buckets.len()
+                ),
+            ));
         }
         for (i, b) in self.input_buckets.iter().enumerate() {
             let problem = if *b == 0 {

@@ -405,8 +405,8 @@ impl ObjectiveConfig {
             m.insert("metric".into(), metric.into());
             m.insert("threshold".into(), threshold.into());
             // The objective counts windows whose percentile is above the threshold: forecast the
-            // hourly p95 of those windows, not their mean (issue 17: 7 of 8 drifts warned ≥ 14 d
-            // on the tuning family against 6 of 8, interval coverage 8 of 8 against 6 of 8).
+            // hourly p95 of those windows, not their mean (issue 17, `eval --series`: 7 of 8 drifts
+            // warned ≥ 14 d on the tuning family a against 6 of 8 with the mean; held-out b: 7 against 4).
             m.entry("statistic").or_insert_with(|| "p95".into());
         }
         let cfg: TrendForecastConfig = inferwatch_core::component::parse_config(&v).map_err(prefix)?;
