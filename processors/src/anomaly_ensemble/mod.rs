@@ -119,7 +119,10 @@ impl PointConfig for AnomalyEnsembleConfig {
             }
         }
         let LevelConfig { zero, one } = self.level;
-        if !(zero.is_finite() && one.is_finite() && one > zero) {
+        if !zero.is_finite() {
+            return Err(FieldError::at("level.zero", format!("must be a finite number, got {zero}")));
+        }
+        if !(one.is_finite() && one > zero) {
             return Err(FieldError::at("level.one", format!("must be a finite number above level.zero, got {one}")));
         }
         let limits = self.limits.check()?;
@@ -319,6 +322,13 @@ mod tests {
         assert_eq!(bad(serde_json::json!({"metrics": []})).unwrap_err().dotted(), "metrics");
         assert_eq!(bad(serde_json::json!({"metrics": ["m"], "warmup": 1})).unwrap_err().dotted(), "warmup");
         assert_eq!(bad(serde_json::json!({"metrics": ["m"], "bins": 65})).unwrap_err().dotted(), "bins");
+        // A NaN cannot come through JSON: build the config directly.
+        let c = AnomalyEnsembleConfig {
+            metrics: vec!["m".into()],
+            level: LevelConfig { zero: f64::NAN, one: 5.0 },
+            ..AnomalyEnsembleConfig::default()
+        };
+        assert_eq!(c.check().unwrap_err().dotted(), "level.zero");
         assert_eq!(
             bad(serde_json::json!({"metrics": ["m"], "report_score": 0.0})).unwrap_err().dotted(),
             "report_score"
