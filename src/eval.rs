@@ -190,10 +190,19 @@ async fn series(dir: &Path, args: &EvalArgs) -> ExitCode {
     };
     let result = series::run_series(dir, &args.detector, args.config.as_deref(), registry(), &progress).await;
     bar.finish_and_clear();
+    finish(result, args.json.as_deref(), |r| print!("{}", r.table()))
+}
+
+/// Prints a report (`show`), writes it as JSON to `json` when given; the exit code.
+fn finish<T: serde::Serialize>(
+    result: Result<T, inferwatch_eval::EvalError>,
+    json: Option<&Path>,
+    show: impl FnOnce(&T),
+) -> ExitCode {
     match result {
         Ok(report) => {
-            print!("{}", report.table());
-            if let Some(p) = &args.json {
+            show(&report);
+            if let Some(p) = json {
                 let text = serde_json::to_string_pretty(&report).unwrap_or_default();
                 if let Err(e) = std::fs::write(p, text) {
                     eprintln!("error: {}: {e}", p.display());
@@ -229,21 +238,5 @@ async fn nab(dir: &Path, args: &EvalArgs) -> ExitCode {
     let result =
         inferwatch_eval::nab::run_nab(dir, &args.detector, args.config.as_deref(), registry(), &progress).await;
     bar.finish_and_clear();
-    match result {
-        Ok(report) => {
-            report.print_table();
-            if let Some(p) = &args.json {
-                let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-                if let Err(e) = std::fs::write(p, text) {
-                    eprintln!("error: {}: {e}", p.display());
-                    return ExitCode::FAILURE;
-                }
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    finish(result, args.json.as_deref(), |r| r.print_table())
 }

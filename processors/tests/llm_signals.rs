@@ -78,14 +78,14 @@ fn scrape(res: &Resource, metrics: Vec<Metric>) -> ExportMetricsServiceRequest {
 // ---- outputs ------------------------------------------------------------------------------------
 
 #[derive(Debug, Clone, PartialEq)]
-enum V {
+pub(crate) enum V {
     I(i64),
     D(f64),
     H { bounds: Vec<f64>, counts: Vec<u64>, count: u64, sum: f64 },
 }
 
 impl V {
-    fn f(&self) -> f64 {
+    pub(crate) fn f(&self) -> f64 {
         match self {
             V::I(i) => *i as f64,
             V::D(d) => *d,
@@ -96,13 +96,13 @@ impl V {
 
 /// One output point with what it carries.
 #[derive(Debug, Clone, PartialEq)]
-struct Pt {
-    name: String,
-    unit: String,
-    attrs: BTreeMap<String, String>,
-    start: u64,
-    time: u64,
-    value: V,
+pub(crate) struct Pt {
+    pub(crate) name: String,
+    pub(crate) unit: String,
+    pub(crate) attrs: BTreeMap<String, String>,
+    pub(crate) start: u64,
+    pub(crate) time: u64,
+    pub(crate) value: V,
 }
 
 impl Pt {
@@ -123,7 +123,8 @@ fn attr_map(kvs: &[KeyValue]) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Pt> {
+/// Every point of an llm_signals output request (also used by llm_signals_buckets.rs).
+pub(crate) fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Pt> {
     let mut out = Vec::new();
     for rm in &req.resource_metrics {
         assert_eq!(attr_map(&rm.resource.as_ref().unwrap().attributes)["service.name"], "inferwatch");

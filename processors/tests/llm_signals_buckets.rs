@@ -3,18 +3,15 @@
 //! upper-exclusive bounds, `llm.ttft.long_short`, config errors, checkpoints, and that the
 //! unsplit series are the same with the split on or off.
 
+use crate::llm_signals::{Pt, flatten};
 use inferwatch_core::component::{ConnectorFactory, PathSeg};
 use inferwatch_core::pdata::Signal;
 use inferwatch_processors::llm_signals::LlmSignalsFactory;
 use inferwatch_testkit::harness::Harness;
 use inferwatch_testkit::otlp::{self, f64_kv as dbl, int_kv as int, kv as s, resource, scope};
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
 use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use serde_json::json;
-use std::collections::BTreeMap;
 
 const S: u64 = 1_000_000_000;
 /// A multiple of every window used here.
@@ -88,72 +85,6 @@ fn spans(reqs: &[Req]) -> ExportTraceServiceRequest {
     }
 }
 
-/// One output point.
-#[derive(Debug, Clone, PartialEq)]
-struct Pt {
-    name: String,
-    attrs: BTreeMap<String, String>,
-    start: u64,
-    time: u64,
-    value: String,
-}
-
-impl Pt {
-    fn f(&self) -> f64 {
-        self.value.parse().unwrap_or_else(|_| panic!("{self:?} is not a number"))
-    }
-}
-
-fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Pt> {
-    let attr_map = |kvs: &[KeyValue]| -> BTreeMap<String, String> {
-        kvs.iter()
-            .map(|kv| {
-                let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                    Some(any_value::Value::StringValue(s)) => s.clone(),
-                    other => format!("{other:?}"),
-                };
-                (kv.key.clone(), v)
-            })
-            .collect()
-    };
-    let mut out = Vec::new();
-    for sm in req.resource_metrics.iter().flat_map(|rm| &rm.scope_metrics) {
-        for m in &sm.metrics {
-            match m.data.as_ref().unwrap() {
-                metric::Data::Gauge(g) => {
-                    for p in &g.data_points {
-                        let value = match p.value.unwrap() {
-                            number_data_point::Value::AsInt(i) => i.to_string(),
-                            number_data_point::Value::AsDouble(d) => d.to_string(),
-                        };
-                        out.push(Pt {
-                            name: m.name.clone(),
-                            attrs: attr_map(&p.attributes),
-                            start: p.start_time_unix_nano,
-                            time: p.time_unix_nano,
-                            value,
-                        });
-                    }
-                }
-                metric::Data::Histogram(h) => {
-                    for p in &h.data_points {
-                        out.push(Pt {
-                            name: m.name.clone(),
-                            attrs: attr_map(&p.attributes),
-                            start: p.start_time_unix_nano,
-                            time: p.time_unix_nano,
-                            value: format!("{:?} {} {:?}", p.bucket_counts, p.count, p.sum),
-                        });
-                    }
-                }
-                other => panic!("unexpected kind {other:?}"),
-            }
-        }
-    }
-    out
-}
-
-/// Runs `batches` (requests, then the watermark in seconds) through an `llm_signals` of `cfg`.
 fn run(cfg: serde_json::Value, batches: &[(Vec<Req>, f64)]) -> Vec<Pt> {
     let mut h = Harness::create(&LlmSignalsFactory, "llm_signals/test", &cfg, Signal::Traces);
     let mut out = Vec::new();
@@ -175,7 +106,7 @@ fn bucket_points<'a>(pts: &'a [Pt], name: &str, bucket: &str, time: u64) -> Vec<
 fn bucket_value(pts: &[Pt], name: &str, bucket: &str, time: u64) -> Option<f64> {
     let found = bucket_points(pts, name, bucket, time);
     assert!(found.len() <= 1, "{name} {bucket}: one point per window, got {found:?}");
-    found.first().map(|p| p.f())
+    found.first().map(|p| p.value.f())
 }
 
 /// The value at rank ⌊q·(n−1)⌋ of the sorted values (the definition the sketch approximates within α).
@@ -254,7 +185,7 @@ fn each_bucket_equals_brute_force_over_its_requests() {
     let no_prompt = reqs.iter().filter(|r| r.prompt.is_none()).count();
     assert!(no_prompt > 0);
     let total: f64 = LABELS.iter().map(|l| bucket_value(&pts, "llm.requests.finished.by_input", l, end).unwrap()).sum();
-    let finished = pts.iter().find(|p| p.name == "llm.requests.finished").unwrap().f();
+    let finished = pts.iter().find(|p| p.name == "llm.requests.finished").unwrap().value.f();
     assert_eq!((total, finished), ((reqs.len() - no_prompt) as f64, reqs.len() as f64));
     // The split points carry the group's attributes plus the bucket; window start and end as the rest.
     let p = bucket_points(&pts, "llm.ttft.by_input.p95", "4k_8k", end)[0];
@@ -303,7 +234,7 @@ fn ratio(pts: &[Pt], time: u64) -> Option<f64> {
     if let Some(p) = found.first() {
         assert!(!p.attrs.contains_key("llm.input_bucket"), "the ratio is one series per group");
     }
-    found.first().map(|p| p.f())
+    found.first().map(|p| p.value.f())
 }
 
 #[test]

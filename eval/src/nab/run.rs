@@ -280,22 +280,30 @@ pub struct FileRun {
     pub unmatched: usize,
 }
 
-/// Runs the pipeline of `processors` over one file and returns its per-row scores. With a
-/// windowed detector ([`is_windowed`]) the file is sent [`standardised`] and points align
-/// [`Align::AtOrBefore`].
+/// Runs the pipeline of `processors` over one file and returns its `llm.anomaly.level` points
+/// (with a windowed detector, [`is_windowed`], the file is sent [`standardised`]).
+pub async fn level_points(
+    file: &NabFile,
+    processors: &[(String, Value)],
+    registry: Registry,
+) -> Result<Vec<Point>, EvalError> {
+    let harness = Harness::start(&pipeline_yaml(processors), registry).await?;
+    let sent = if is_windowed(processors) { payloads(&standardised(file)) } else { payloads(file) };
+    for p in sent {
+        harness.send(p).await?;
+    }
+    Ok(harness.finish().await?.points(LEVEL))
+}
+
+/// Runs the pipeline of `processors` over one file ([`level_points`]) and returns its per-row
+/// scores; a windowed detector's points align [`Align::AtOrBefore`].
 pub async fn run_file(
     file: &NabFile,
     processors: &[(String, Value)],
     registry: Registry,
 ) -> Result<FileRun, EvalError> {
     let windowed = is_windowed(processors);
-    let harness = Harness::start(&pipeline_yaml(processors), registry).await?;
-    let sent = if windowed { payloads(&standardised(file)) } else { payloads(file) };
-    for p in sent {
-        harness.send(p).await?;
-    }
-    let captured = harness.finish().await?;
-    let points = captured.points(LEVEL);
+    let points = level_points(file, processors, registry).await?;
     let align = if windowed { Align::AtOrBefore } else { Align::AtOrAfter };
     let (scores, unmatched) = row_scores_aligned(file, &points, align);
     Ok(FileRun { scores, points: points.len(), unmatched })

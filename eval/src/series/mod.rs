@@ -11,7 +11,7 @@
 pub mod families;
 
 use crate::error::EvalError;
-use crate::harness::{Harness, Point};
+use crate::harness::Point;
 use crate::nab::data::{self, NabCorpus, NabFile};
 use crate::nab::run;
 use inferwatch_core::registry::Registry;
@@ -467,12 +467,7 @@ pub async fn run_series(
             Some(p) => with_threshold(p, threshold, &file.name)?,
             None => builtin(detector, file, threshold)?,
         };
-        let harness = Harness::start(&run::pipeline_yaml(&processors), registry.clone()).await?;
-        for p in run::payloads(file) {
-            harness.send(p).await?;
-        }
-        let captured = harness.finish().await?;
-        let mut points: Vec<Point> = captured.points(run::LEVEL);
+        let mut points: Vec<Point> = run::level_points(file, &processors, registry.clone()).await?;
         points.sort_by_key(|p| p.time_ns);
         rows_scores.push(run::row_scores(file, &points).0);
         levels.push(points.iter().map(|p| (p.time_ns, p.value.clamp(0.0, 1.0))).collect());
@@ -574,30 +569,12 @@ mod tests {
     #[test]
     fn the_curve_counts_false_alarms_delays_and_leads_on_a_known_case() {
         let day = 86_400_000_000_000u64;
-        let healthy = [SeriesTruth {
-            kind: Kind::Healthy,
-            shape: String::new(),
-            onset_ns: None,
-            end_ns: None,
-            breach_ns: None,
-            slo_threshold: None,
-        }];
-        let fast = [SeriesTruth {
-            kind: Kind::Fast,
-            shape: "step".into(),
-            onset_ns: Some(10 * day),
-            end_ns: Some(10 * day + 30 * M),
-            breach_ns: None,
-            slo_threshold: None,
-        }];
-        let drift = [SeriesTruth {
-            kind: Kind::Drift,
-            shape: "linear".into(),
-            onset_ns: Some(5 * day),
-            end_ns: None,
-            breach_ns: Some(30 * day),
-            slo_threshold: None,
-        }];
+        let truth = |kind, shape: &str, onset_ns, end_ns, breach_ns| {
+            [SeriesTruth { kind, shape: shape.into(), onset_ns, end_ns, breach_ns, slo_threshold: None }]
+        };
+        let healthy = truth(Kind::Healthy, "", None, None, None);
+        let fast = truth(Kind::Fast, "step", Some(10 * day), Some(10 * day + 30 * M), None);
+        let drift = truth(Kind::Drift, "linear", Some(5 * day), None, Some(30 * day));
         // Healthy 30 days: two episodes, one at level 0.7, one at 0.85.
         let h: Vec<(u64, f64)> = vec![(day, 0.7), (2 * day, 0.0), (3 * day, 0.85), (4 * day, 0.0), (30 * day, 0.0)];
         // Fast: an alarm 3 minutes after the onset at 0.65.

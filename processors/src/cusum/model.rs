@@ -298,8 +298,8 @@ impl Model {
             return None;
         }
         let baseline = self.baseline(p, t_ns);
-        let core = self.core_sigma(p, t_ns).max(p.min_std);
-        let sigma = self.sigma(p, t_ns);
+        let raw = self.core_sigma(p, t_ns);
+        let (core, sigma) = (raw.max(p.min_std), (raw * self.tail.max(1.0)).max(p.min_std));
         let r = y - baseline;
         self.recent += RECENT_WEIGHT * (r - self.recent);
         let recent = self.recent;
